@@ -1,0 +1,33 @@
+# Two commands do everything on a fresh machine with Python 3.11:
+#   make demo   set up, then show the plugin at work inside a real Hermes
+#   make test   set up, then run the test suite (what .ci/run calls)
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup test demo lint format bench clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $(STAMP)
+
+test: setup
+	$(BIN)/pytest
+
+demo: setup
+	$(BIN)/python demo/demo.py
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: setup
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) .cache

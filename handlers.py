@@ -1,0 +1,225 @@
+"""The two agent tools: schemas (spec §3.4 and §4.1, word for word), argument checks, JSON out.
+
+House conventions of Hermes's ``tools/session_search_tool.py``: handlers take ``(args, **kwargs)``
+and always return a JSON string; bad input and failures come back as ``{"success": false,
+"error": ...}``, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+TOOLSET = "project_history"
+
+SEARCH_SCHEMA = {
+    "name": "project_history_search",
+    "description": (
+        "Search past conversations in the SAME project as this one. "
+        "Returns actual messages from other sessions, with links. "
+        "Use when the user asks about prior work on this codebase: "
+        "'what did we decide about X', 'where did we leave Y'. "
+        "Modes: 'hybrid' (default, keyword + semantic), 'keyword' "
+        "(exact terms), 'semantic' (similar meaning)."
+    ),
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "query": {
+                "type": "string",
+                "description": "Search query. Keywords, phrases, or natural language.",
+            },
+            "mode": {
+                "type": "string",
+                "enum": ["hybrid", "keyword", "semantic"],
+                "default": "hybrid",
+                "description": (
+                    "'hybrid' (default): keyword + semantic combined. "
+                    "'keyword': exact terms only. 'semantic': similar meaning only. "
+                    "Use 'keyword' for code symbols/error codes; 'semantic' for "
+                    "'how did we handle X' when exact words differ."
+                ),
+            },
+            "limit": {
+                "type": "integer",
+                "default": 3,
+                "description": "Max sessions to return (default 3, max 10).",
+            },
+        },
+        "required": ["query"],
+    },
+}
+
+MOVE_SCHEMA = {
+    "name": "project_session_move",
+    "description": (
+        "Move this conversation to a different project. The working directory "
+        "switches to the target project's folder, and future history searches "
+        "will look in the new project. Use when the user says 'move this to X' "
+        "or 'this belongs to project Y'."
+    ),
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "project_id": {
+                "type": "string",
+                "description": (
+                    "Target project ID (e.g. 'p_abc123'). Use '' to remove from "
+                    "any project (moves to Home). The conversation's working "
+                    "directory changes to the project's primary folder."
+                ),
+            },
+        },
+        "required": ["project_id"],
+    },
+}
+
+
+def _json(data: dict[str, Any]) -> str:
+    return json.dumps(data, ensure_ascii=False)
+
+
+def _error(message: str, **extra: Any) -> str:
+    return _json({"success": False, "error": message, **extra})
+
+
+def current_session_id(kwargs: dict[str, Any]) -> str:
+    """The calling conversation: the dispatcher's kwarg, else Hermes's session context."""
+    session_id = kwargs.get("session_id")
+    if isinstance(session_id, str) and session_id.strip():
+        return session_id.strip()
+    try:
+        from gateway.session_context import get_session_env
+
+        session_id = get_session_env("HERMES_SESSION_ID")
+    except Exception:
+        session_id = os.environ.get("HERMES_SESSION_ID")
+    return (session_id or "").strip()
+
+
+def agent_cwd() -> str:
+    """Where the agent works, for a call that has no recorded session to attribute."""
+    try:
+        from agent.runtime_cwd import resolve_agent_cwd
+
+        return str(resolve_agent_cwd())
+    except Exception:
+        return os.getcwd()
+
+
+def check_available() -> bool:
+    """Spec §六: visible when Hermes's home exists. Resolved at call time, never at import."""
+    from . import store
+
+    return store.hermes_home().exists()
+
+
+def _parse_limit(raw: Any) -> int | None:
+    if raw is None or raw == "":
+        return 3
+    if isinstance(raw, bool):
+        return None
+    try:
+        value = int(str(raw).strip()) if not isinstance(raw, int | float) else int(raw)
+    except (TypeError, ValueError):
+        return None
+    return max(1, min(value, 10))
+
+
+def project_history_search(args: dict[str, Any], **kwargs: Any) -> str:
+    if not isinstance(args, dict):
+        return _error("arguments must be an object with 'query'")
+    query = args.get("query")
+    if not isinstance(query, str) or not query.strip():
+        return _error("query is required: a non-empty string of keywords, a phrase or a question")
+    mode = args.get("mode") or "hybrid"
+    if mode not in ("hybrid", "keyword", "semantic"):
+        return _error(f"mode must be one of 'hybrid', 'keyword', 'semantic' (got {str(mode)[:40]!r})")
+    limit = _parse_limit(args.get("limit"))
+    if limit is None:
+        return _error(f"limit must be an integer from 1 to 10 (got {str(args.get('limit'))[:40]!r})")
+    try:
+        from . import search
+
+        return _json(search.run_search(query, mode, limit, current_session_id(kwargs), agent_cwd()))
+    except Exception as error:  # the agent gets a clear error, never a traceback
+        logger.exception("project_history_search failed")
+        return _error(f"project history search failed: {type(error).__name__}", code="internal")
+
+
+def project_session_move(args: dict[str, Any], **kwargs: Any) -> str:
+    if not isinstance(args, dict) or "project_id" not in args:
+        return _error("project_id is required: a project id such as 'p_abc123', or '' for Home")
+    project_id = args.get("project_id")
+    if project_id is None:
+        project_id = ""
+    if not isinstance(project_id, str):
+        return _error("project_id must be a string: a project id such as 'p_abc123', or '' for Home")
+    session_id = current_session_id(kwargs)
+    if not session_id:
+        return _error("no current session to move (the call carried no session id)")
+    try:
+        return _json(move_session(session_id, project_id.strip(), kwargs.get("task_id")))
+    except Exception as error:
+        logger.exception("project_session_move failed")
+        return _error(f"moving the session failed: {type(error).__name__}", code="internal")
+
+
+def move_session(session_id: str, project_id: str, task_id: str | None) -> dict[str, Any]:
+    """Spec §3.3: a move is a new cwd; the project follows because it is a function of the cwd."""
+    from . import attribution, store
+
+    if not store.state_db_path().exists():
+        return {"success": False, "error": "session database not found", "code": "no_db"}
+    with store.reading(store.state_db_path()) as conn:
+        if store.read_session(conn, store.detect_schema(conn), session_id) is None:
+            return {"success": False, "error": f"session not found: {session_id}"}
+
+    if project_id:
+        project = store.read_project(project_id)
+        if project is None:
+            return {"success": False, "error": f"project not found: {project_id}"}
+        target, name = store.primary_folder(project), project.get("name") or project_id
+        if not target or not os.path.isdir(target):
+            return {"success": False, "error": f"project folder not found: {target or '(none)'}"}
+    else:
+        target, name = store.home_folder(), "Home"
+
+    repo_root = store.common_repo_root(target)
+    branch = store.git_branch(target) if repo_root else ""
+    store.update_session_cwd(session_id, target, branch, repo_root)
+    with store.reading(store.state_db_path()) as conn:
+        moved = store.read_session(conn, store.detect_schema(conn), session_id) or {}
+    if moved.get("cwd") != target:
+        return {
+            "success": False,
+            "error": f"Hermes did not record the new working directory for {session_id}",
+        }
+
+    row = {**moved, "git_repo_root": moved.get("git_repo_root") or repo_root}
+    identity = attribution.resolve_project(row, store.read_projects(), junk_roots=store.junk_roots())
+    live = store.reanchor_live_session(task_id, target, name)
+    result: dict[str, Any] = {
+        "success": True,
+        "project": identity,
+        "cwd": target,
+        "git_branch": branch or None,
+        "git_repo_root": repo_root or None,
+        "message": f"Moved to {'Home' if not project_id else 'project ' + name}, cwd now {target}",
+        "live_session": "re-anchored" if live else "unchanged until resumed",
+    }
+    if not live:
+        result["message"] += (
+            ". The running session keeps its process working directory until it is resumed; "
+            "history searches use the new project now."
+        )
+    if project_id and identity.get("id") not in (project_id, (project or {}).get("id")):
+        result["warning"] = (
+            f"{target} is also claimed by another project, so this conversation is attributed to "
+            f"{identity.get('name') or identity.get('kind')}"
+        )
+    return result

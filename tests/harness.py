@@ -1,0 +1,181 @@
+"""Test harness: a real Hermes 0.19.0 with this plugin installed the way a user installs it.
+
+The plugin folder is copied into ``$HERMES_HOME/plugins/project-history-recall``, enabled with
+``hermes plugins enable``, and loaded by Hermes's own PluginManager when ``model_tools`` is
+imported. Sessions and projects are made with Hermes's ``SessionDB`` and ``projects_db``; the
+tools are called through ``model_tools.handle_function_call``, as the agent loop calls them.
+
+Each test gets its own ``HERMES_HOME`` (the plugin resolves every path at call time, so the
+one loaded plugin serves them all).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PLUGIN_KEY = "project-history-recall"
+PLUGIN_MODULE = "hermes_plugins.project_history_recall"
+VENV_BIN = Path(sys.executable).parent
+HERMES = str(VENV_BIN / "hermes")
+
+_ROOT = Path(tempfile.mkdtemp(prefix="phr-tests-"))
+BOOT_HOME = _ROOT / "boot-home"
+BOOT_HOME.mkdir()
+# Hermes freezes DEFAULT_DB_PATH at import: HERMES_HOME must be set before anything imports it.
+os.environ["HERMES_HOME"] = str(BOOT_HOME)
+os.environ.pop("PROJECT_HISTORY_EMBEDDING_API_KEY", None)
+
+_IGNORED = shutil.ignore_patterns(
+    ".git", ".venv", ".cache", "__pycache__", "*.pyc", "tests", "bench", "embeddings.db*", "consent.json"
+)
+
+
+def install_plugin(home: Path) -> Path:
+    """Copy the plugin into a Hermes home, as a user would clone it there."""
+    target = home / "plugins" / PLUGIN_KEY
+    shutil.copytree(REPO, target, ignore=_IGNORED, dirs_exist_ok=True)
+    return target
+
+
+def run_hermes(home: Path, *args: str, cwd: Path | None = None, timeout: float = 120, **env: str):
+    """The real ``hermes`` CLI of the test virtualenv, in a given home."""
+    environment = {**os.environ, "HERMES_HOME": str(home), "NO_COLOR": "1", **env}
+    return subprocess.run(
+        [HERMES, *args],
+        cwd=str(cwd or home),
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def enable_plugin(home: Path) -> None:
+    install_plugin(home)
+    done = run_hermes(home, "plugins", "enable", PLUGIN_KEY, "--no-allow-tool-override")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.fixture(scope="session")
+def plugin():
+    """The plugin package as Hermes loaded it (``hermes_plugins.project_history_recall``)."""
+    enable_plugin(BOOT_HOME)
+    import model_tools  # noqa: F401  (importing it runs plugin discovery)
+    from hermes_cli.plugins import get_plugin_manager
+
+    loaded = {p["name"]: p for p in get_plugin_manager().list_plugins()}
+    assert PLUGIN_KEY in loaded, loaded.keys()
+    assert not loaded[PLUGIN_KEY].get("error"), loaded[PLUGIN_KEY]
+    assert loaded[PLUGIN_KEY].get("enabled", True)
+    return sys.modules[PLUGIN_MODULE]
+
+
+_ids = itertools.count(1)
+
+
+def new_session_id() -> str:
+    n = next(_ids)
+    return time.strftime("%Y%m%d_%H%M%S") + f"_{n:06x}"
+
+
+class World:
+    """One Hermes home with its state.db and projects.db, built through Hermes's own API."""
+
+    def __init__(self, home: Path, root: Path) -> None:
+        from hermes_state import SessionDB
+
+        self.home = home
+        self.root = root
+        self.db = SessionDB(db_path=home / "state.db")
+
+    # -- folders and projects
+    def folder(self, relative: str, git: bool = False) -> str:
+        path = self.root / relative
+        path.mkdir(parents=True, exist_ok=True)
+        if git:
+            subprocess.run(["git", "init", "-q", str(path)], check=True)
+        return str(path)
+
+    def project(self, name: str, *folders: str) -> str:
+        from hermes_cli import projects_db
+
+        with projects_db.connect_closing(self.home / "projects.db") as conn:
+            project_id = projects_db.create_project(conn, name=name, folders=list(folders))
+            conn.commit()
+        return project_id
+
+    # -- sessions
+    def session(
+        self,
+        cwd: str | None = None,
+        messages: Iterable[tuple[str, str]] = (),
+        *,
+        git_repo_root: str | None = None,
+        title: str | None = None,
+        source: str = "cli",
+        timestamp: float | None = None,
+    ) -> str:
+        session_id = new_session_id()
+        self.db.create_session(session_id, source, cwd=cwd)
+        if git_repo_root:
+            self.db.update_session_cwd(session_id, cwd, git_repo_root=git_repo_root)
+        if title:
+            self.db.set_session_title(session_id, title)
+        self.add(session_id, messages, timestamp=timestamp)
+        return session_id
+
+    def add(
+        self, session_id: str, messages: Iterable[tuple[str, str]], timestamp: float | None = None
+    ) -> list[int]:
+        return [
+            self.db.append_message(session_id, role, content, timestamp=timestamp)
+            for role, content in messages
+        ]
+
+    def row(self, session_id: str) -> dict[str, Any]:
+        return self.db.get_session(session_id)
+
+    # -- tools, through the real dispatcher
+    def call(self, tool: str, args: dict[str, Any], session_id: str | None, task_id: str = "task-1") -> dict:
+        import model_tools
+
+        raw = model_tools.handle_function_call(tool, args, task_id=task_id, session_id=session_id)
+        assert isinstance(raw, str)
+        return json.loads(raw)
+
+    def search(self, session_id: str | None, query: str, mode: str = "keyword", limit: int = 3) -> dict:
+        return self.call("project_history_search", {"query": query, "mode": mode, "limit": limit}, session_id)
+
+    def move(self, session_id: str | None, project_id: str) -> dict:
+        return self.call("project_session_move", {"project_id": project_id}, session_id)
+
+    def close(self) -> None:
+        self.db.close()
+
+
+@pytest.fixture
+def world(plugin, tmp_path, monkeypatch) -> World:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    w = World(home, tmp_path / "work")
+    yield w
+    w.close()
+
+
+def session_ids(result: dict) -> list[str]:
+    return [r["session_id"] for r in result.get("results", [])]
