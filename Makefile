@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test demo lint format bench clean
+.PHONY: setup models test demo lint format bench clean
 
 setup: $(STAMP)
 
@@ -15,7 +15,10 @@ $(STAMP): requirements.txt requirements-dev.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $(STAMP)
 
-test: setup
+models: setup
+	$(BIN)/python tests/models.py
+
+test: setup models
 	$(BIN)/pytest
 
 demo: setup
