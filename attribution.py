@@ -59,17 +59,19 @@ def is_path_under(folder: str | None, target: str | None) -> bool:
     return target_segments[: len(folder_segments)] == folder_segments
 
 
-def trusted_repo_root(cwd: str | None, git_repo_root: str | None) -> str:
+def trusted_repo_root(cwd: str | None, git_repo_root: str | None, worktree_root: str | None = None) -> str:
     """The recorded git root, unless it is stale: a root that does not contain the cwd.
 
     Hermes 0.19's ``update_session_cwd`` never clears git fields, so a conversation moved out of
     a repository keeps pointing at it. The desktop applies the same guard when it reads.
+    ``worktree_root`` is the checkout that git says holds the cwd: a linked worktree outside
+    its main repository (``~/code/app-wt-x`` of ``~/code/app``) keeps the main repo's root.
     """
     root = (git_repo_root or "").strip()
     if not root:
         return ""
     cwd = (cwd or "").strip()
-    if cwd and not is_path_under(root, cwd):
+    if cwd and not is_path_under(root, cwd) and not is_path_under(worktree_root, cwd):
         return ""
     return root
 
@@ -118,7 +120,7 @@ def resolve_project(
     """
     index = projects if isinstance(projects, FolderIndex) else FolderIndex(projects)
     cwd = (session_row.get("cwd") or "").strip()
-    repo_root = trusted_repo_root(cwd, session_row.get("git_repo_root"))
+    repo_root = trusted_repo_root(cwd, session_row.get("git_repo_root"), session_row.get("git_worktree_root"))
 
     best, best_depth = None, -1
     for candidate in (cwd, repo_root):

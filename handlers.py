@@ -125,7 +125,7 @@ def _parse_limit(raw: Any) -> int | None:
         return None
     try:
         value = int(str(raw).strip()) if not isinstance(raw, int | float) else int(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: Infinity is valid JSON to Python
         return None
     return max(1, min(value, 10))
 
@@ -142,10 +142,15 @@ def project_history_search(args: dict[str, Any], **kwargs: Any) -> str:
     limit = _parse_limit(args.get("limit"))
     if limit is None:
         return _error(f"limit must be an integer from 1 to 10 (got {str(args.get('limit'))[:40]!r})")
+    session_id = current_session_id(kwargs)
+    if not session_id:
+        # Without the calling conversation there is no project to scope to, and no way to keep
+        # the conversation out of its own results.
+        return _error("no current session to search from (the call carried no session id)")
     try:
         from . import search
 
-        return _json(search.run_search(query, mode, limit, current_session_id(kwargs), agent_cwd()))
+        return _json(search.run_search(query, mode, limit, session_id, agent_cwd()))
     except Exception as error:  # the agent gets a clear error, never a traceback
         logger.exception("project_history_search failed")
         return _error(f"project history search failed: {type(error).__name__}", code="internal")
@@ -200,7 +205,8 @@ def move_session(session_id: str, project_id: str, task_id: str | None) -> dict[
             "error": f"Hermes did not record the new working directory for {session_id}",
         }
 
-    row = {**moved, "git_repo_root": moved.get("git_repo_root") or repo_root}
+    # Read back the way a search reads it: a root Hermes 0.19 could not clear is probed again.
+    (row,) = store.fill_repo_roots([moved])
     identity = attribution.resolve_project(row, store.read_projects(), junk_roots=store.junk_roots())
     live = store.reanchor_live_session(task_id, target, name)
     result: dict[str, Any] = {

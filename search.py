@@ -83,12 +83,19 @@ class QueryPlan:
     def match_all(self) -> str:
         return " ".join(item.fts if isinstance(item, Term) else item for item in self.items)
 
+    def topical(self) -> list[Term]:
+        """The terms that carry a topic: stopwords dropped, unless nothing else is left."""
+        return [t for t in self.terms if t.text.casefold() not in _STOPWORDS] or list(self.terms)
+
     def match_any(self) -> str:
-        topical = [t for t in self.terms if t.text.casefold() not in _STOPWORDS] or list(self.terms)
-        return " OR ".join(t.fts for t in topical)
+        return " OR ".join(t.fts for t in self.topical())
 
     def needles(self) -> list[str]:
         return [t.text for t in self.terms]
+
+    def like_expression(self) -> list[tuple[str, str]]:
+        """The query for :func:`store.like_messages` when it carries the user's operators."""
+        return [("term", i.text) if isinstance(i, Term) else ("op", i) for i in self.items]
 
 
 def _clean_text(query: str) -> str:
@@ -231,14 +238,21 @@ def keyword_messages(
     seen: set[int] = set()
     relax = len(plan.terms) > 1 and not plan.has_operators
     long_terms = all(len(t.text) >= 3 for t in plan.terms)
-    needles = plan.needles()
+    # The user's AND/OR/NOT hold on the LIKE path too (else "归属 NOT 项目" would mean AND).
+    expression = plan.like_expression() if plan.has_operators else None
 
-    def fts(table: str, match: str) -> list[dict[str, Any]]:
+    def like(require_all: bool) -> list[dict[str, Any]]:
+        terms = plan.needles() if require_all or expression else [t.text for t in plan.topical()]
+        return store.like_messages(
+            conn, schema, terms, session_ids, require_all, SCAN_LIMIT, expression=expression
+        )
+
+    def fts(table: str, match: str, require_all: bool = True) -> list[dict[str, Any]]:
         try:
             return store.fts_messages(conn, schema, table, match, session_ids, SCAN_LIMIT)
         except sqlite3.OperationalError as error:
             logger.debug("FTS query %r failed (%s); using LIKE", match, error)
-            return store.like_messages(conn, schema, needles, session_ids, True, SCAN_LIMIT)
+            return like(require_all)
 
     def enough() -> bool:
         return _session_count(ranked) >= want_sessions
@@ -247,21 +261,19 @@ def keyword_messages(
         if schema.has_trigram and long_terms:
             _add_new(ranked, seen, fts("messages_fts_trigram", plan.match_all()))
             if relax and not enough():
-                _add_new(ranked, seen, fts("messages_fts_trigram", plan.match_any()))
+                _add_new(ranked, seen, fts("messages_fts_trigram", plan.match_any(), require_all=False))
         else:
-            _add_new(ranked, seen, store.like_messages(conn, schema, needles, session_ids, True, SCAN_LIMIT))
+            _add_new(ranked, seen, like(True))
             if relax and not enough():
-                _add_new(
-                    ranked, seen, store.like_messages(conn, schema, needles, session_ids, False, SCAN_LIMIT)
-                )
+                _add_new(ranked, seen, like(False))
         return ranked
 
     _add_new(ranked, seen, fts("messages_fts", plan.match_all()))
     if relax and not enough():
-        _add_new(ranked, seen, fts("messages_fts", plan.match_any()))
+        _add_new(ranked, seen, fts("messages_fts", plan.match_any(), require_all=False))
     if not enough() and schema.has_trigram and long_terms:
         match = plan.match_any() if relax else plan.match_all()
-        _add_new(ranked, seen, fts("messages_fts_trigram", match))
+        _add_new(ranked, seen, fts("messages_fts_trigram", match, require_all=not relax))
     return ranked
 
 
@@ -461,3 +473,37 @@ def consent_request(identity: dict[str, Any], settings: Any) -> dict[str, Any]:
         "project": project_ref(identity),
         "sends": "user and assistant message text of this project's sessions (history and new messages)",
     }
+
+
+# --------------------------------------------------------------------------- overview (CLI status)
+
+
+def project_overview() -> list[dict[str, Any]]:
+    """Every project that has conversations: its identity, session ids and live message count."""
+    with store.reading(store.state_db_path()) as conn:
+        schema = store.detect_schema(conn)
+        rows = store.fill_repo_roots(store.read_visible_sessions(conn, schema))
+        index = attribution.FolderIndex(store.read_projects())
+        junk = store.junk_roots()
+        groups: dict[tuple[str, str], dict[str, Any]] = {}
+        for row in rows:
+            identity = attribution.resolve_project(row, index, junk_roots=junk)
+            if identity["kind"] == "home":
+                continue
+            group = groups.setdefault(
+                attribution.scope_key(identity), {"identity": identity, "session_ids": [], "messages": 0}
+            )
+            group["session_ids"].append(row["id"])
+        for group in groups.values():
+            group["messages"] = len(store.live_message_ids(conn, schema, group["session_ids"]))
+    return list(groups.values())
+
+
+def indexed_messages(fingerprint: str, session_ids: Sequence[str]) -> int:
+    if not store.embeddings_db_path().exists():
+        return 0
+    econn = store.connect_embeddings()
+    try:
+        return len(store.indexed_message_ids(econn, fingerprint, session_ids))
+    finally:
+        econn.close()

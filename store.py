@@ -20,7 +20,7 @@ import sqlite3
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -239,7 +239,7 @@ def compression_ancestors(conn: sqlite3.Connection, session_id: str) -> list[str
 _GIT_TIMEOUT_SECONDS = 1.5
 _NEGATIVE_TTL_SECONDS = 30.0
 _git_lock = threading.Lock()
-_repo_root_cache: dict[str, str] = {}
+_repo_root_cache: dict[str, tuple[str, str]] = {}
 _not_a_repo_until: dict[str, float] = {}
 
 
@@ -262,57 +262,78 @@ def _run_git(cwd: str, *args: str) -> str:
     return result.stdout.strip() if result.returncode == 0 else ""
 
 
-def _probe_common_repo_root(cwd: str) -> str:
-    """The main repository's root, folding linked worktrees (what Hermes stores)."""
-    git_dir = _run_git(cwd, "rev-parse", "--path-format=absolute", "--git-common-dir")
-    if git_dir:
-        git_dir = os.path.realpath(git_dir)
-        if os.path.basename(git_dir) == ".git":
-            return os.path.dirname(git_dir)
-    return _run_git(cwd, "rev-parse", "--show-toplevel")
+def _probe_repo_roots(cwd: str) -> tuple[str, str]:
+    """(common root, worktree root): the main repository folding linked worktrees (what Hermes
+    stores), and the top of the checkout the cwd is in (differs in a linked worktree)."""
+    lines = _run_git(
+        cwd, "rev-parse", "--path-format=absolute", "--git-common-dir", "--show-toplevel"
+    ).splitlines()
+    if len(lines) != 2:
+        return "", ""
+    git_dir, toplevel = os.path.realpath(lines[0]), lines[1]
+    if os.path.basename(git_dir) == ".git":
+        return os.path.dirname(git_dir), toplevel
+    return toplevel, toplevel
 
 
-def common_repo_root(cwd: str) -> str:
+def repo_roots(cwd: str) -> tuple[str, str]:
     """Cached per cwd: positive answers for the process, "not a repo" for 30 s."""
     if not cwd or not os.path.isdir(cwd):
-        return ""
+        return "", ""
     with _git_lock:
         if cwd in _repo_root_cache:
             return _repo_root_cache[cwd]
         if _not_a_repo_until.get(cwd, 0.0) > time.monotonic():
-            return ""
-    root = _probe_common_repo_root(cwd)
+            return "", ""
+    roots = _probe_repo_roots(cwd)
     with _git_lock:
-        if root:
-            _repo_root_cache[cwd] = root
+        if roots[0]:
+            _repo_root_cache[cwd] = roots
         else:
             _not_a_repo_until[cwd] = time.monotonic() + _NEGATIVE_TTL_SECONDS
-    return root
+    return roots
+
+
+def common_repo_root(cwd: str) -> str:
+    return repo_roots(cwd)[0]
 
 
 def git_branch(cwd: str) -> str:
     return _run_git(cwd, "branch", "--show-current") or _run_git(cwd, "rev-parse", "--short", "HEAD")
 
 
+def _needs_probe(row: Mapping[str, Any]) -> bool:
+    """A cwd whose recorded root is missing, or does not contain it (stale, or a linked worktree)."""
+    from .attribution import trusted_repo_root
+
+    cwd = (row.get("cwd") or "").strip()
+    return bool(cwd) and not trusted_repo_root(cwd, row.get("git_repo_root"))
+
+
 def fill_repo_roots(rows: Sequence[dict[str, Any]], budget_seconds: float = 3.0) -> list[dict[str, Any]]:
-    """Rows with ``git_repo_root`` derived from git where Hermes left it empty.
+    """Rows with their git roots as git sees them now, where the recorded root cannot be trusted.
 
     Hermes's CLI records a cwd but no repo root; without this, CLI conversations would never
-    form automatic repo projects. Probes run per distinct cwd, in parallel, within a time
-    budget; a cwd not probed in time simply stays without a root for this search.
+    form automatic repo projects. A recorded root that does not contain the cwd is either stale
+    (Hermes 0.19 cannot clear it after a move) or the main repo of a linked worktree elsewhere;
+    git tells which, and the row also gets ``git_worktree_root`` (the checkout holding the cwd)
+    so :func:`attribution.trusted_repo_root` can accept the worktree case. Probes run per
+    distinct cwd, in parallel, within a time budget; a cwd not probed in time keeps what Hermes
+    recorded for this search (and a stale root is then still ignored by the reader guard).
     """
-    missing = sorted({r["cwd"] for r in rows if r.get("cwd") and not (r.get("git_repo_root") or "").strip()})
-    roots: dict[str, str] = {}
+    missing = sorted({r["cwd"].strip() for r in rows if _needs_probe(r)})
+    roots: dict[str, tuple[str, str]] = {}
     if missing:
         pool = ThreadPoolExecutor(max_workers=min(8, len(missing)))
-        futures = {cwd: pool.submit(common_repo_root, cwd) for cwd in missing}
+        futures = {cwd: pool.submit(repo_roots, cwd) for cwd in missing}
         done, _ = wait(futures.values(), timeout=budget_seconds)
         pool.shutdown(wait=False, cancel_futures=True)
         roots = {cwd: f.result() for cwd, f in futures.items() if f in done}
     filled = []
     for row in rows:
-        if row.get("cwd") and not (row.get("git_repo_root") or "").strip() and roots.get(row["cwd"]):
-            row = {**row, "git_repo_root": roots[row["cwd"]]}
+        common, worktree = roots.get((row.get("cwd") or "").strip(), ("", ""))
+        if common and _needs_probe(row):
+            row = {**row, "git_repo_root": common, "git_worktree_root": worktree}
         filled.append(row)
     return filled
 
@@ -364,6 +385,10 @@ def _scope_sql() -> str:
     return "m.session_id IN (SELECT value FROM json_each(?))"
 
 
+# Matching messages read per session in one query step: a search returns one message per session.
+PER_SESSION_SCAN = 5
+
+
 def fts_messages(
     conn: sqlite3.Connection,
     schema: StateSchema,
@@ -372,27 +397,60 @@ def fts_messages(
     session_ids: Sequence[str],
     scan_limit: int,
 ) -> list[dict[str, Any]]:
-    """Live user/assistant messages of the given sessions matching ``match``, best bm25 first."""
+    """Live user/assistant messages of the given sessions matching ``match``, best bm25 first.
+
+    At most :data:`PER_SESSION_SCAN` per session, so one conversation repeating a word hundreds
+    of times cannot fill ``scan_limit`` and hide every other conversation.
+    """
     if table == "messages_fts" and len(schema.fts_columns) > 1:
         match = f"{{{schema.fts_columns[0]}}} : ({match})"  # upstream's FTS also indexes tool columns
     sql = f"""
-        SELECT m.id AS message_id, m.session_id, m.role, m.content, m.timestamp, f.rank AS rank
-        FROM {table} f
-        JOIN messages m ON m.id = f.rowid
-        WHERE {table} MATCH ?
-          AND m.role IN ('user', 'assistant')
-          AND {schema.live_message_sql}
-          AND {_scope_sql()}
-        ORDER BY f.rank
+        SELECT message_id, session_id, role, content, timestamp, rank FROM (
+            SELECT m.id AS message_id, m.session_id, m.role, m.content, m.timestamp, f.rank AS rank,
+                   ROW_NUMBER() OVER (PARTITION BY m.session_id ORDER BY f.rank, m.id) AS nth
+            FROM {table} f
+            JOIN messages m ON m.id = f.rowid
+            WHERE {table} MATCH ?
+              AND m.role IN ('user', 'assistant')
+              AND {schema.live_message_sql}
+              AND {_scope_sql()}
+        )
+        WHERE nth <= ?
+        ORDER BY rank, message_id
         LIMIT ?
     """
-    rows = conn.execute(sql, (match, json.dumps(list(session_ids)), scan_limit)).fetchall()
-    return [dict(row) for row in rows]
+    params = (match, json.dumps(list(session_ids)), PER_SESSION_SCAN, scan_limit)
+    return [dict(row) for row in conn.execute(sql, params).fetchall()]
 
 
 def _like_pattern(term: str) -> str:
     escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
+
+
+def _like(column: str) -> str:
+    return f"({column} LIKE ? ESCAPE '\\')"
+
+
+# FTS5 precedence (NOT, then AND, then OR; adjacent terms AND) is SQL's once NOT is "AND NOT".
+_SQL_OPERATORS = {"AND": "AND", "OR": "OR", "NOT": "AND NOT"}
+
+
+def _like_boolean(expression: Sequence[tuple[str, str]], column: str) -> tuple[str, list[str]]:
+    """``[("term", "a"), ("op", "NOT"), ("term", "b")]`` as SQL over LIKE, with its parameters."""
+    parts: list[str] = []
+    params: list[str] = []
+    previous = "op"
+    for kind, value in expression:
+        if kind == "term":
+            if previous == "term":
+                parts.append("AND")
+            parts.append(_like(column))
+            params.append(_like_pattern(value))
+        else:
+            parts.append(_SQL_OPERATORS[value])
+        previous = kind
+    return "(" + " ".join(parts) + ")", params
 
 
 def like_messages(
@@ -402,28 +460,48 @@ def like_messages(
     session_ids: Sequence[str],
     require_all: bool,
     scan_limit: int,
+    expression: Sequence[tuple[str, str]] | None = None,
 ) -> list[dict[str, Any]]:
     """Substring search for what FTS cannot tokenise (short CJK terms, FTS errors).
 
-    Ranked by how many terms a message contains, newest first among equals.
+    A message matches when it contains every term (``require_all``) or any of them; or, given
+    an ``expression`` of ``("term", text)`` and ``("op", "AND" | "OR" | "NOT")`` items, when
+    that boolean query holds, as FTS5 would read it. Ranked by how many terms a message
+    contains, newest first among equals; at most :data:`PER_SESSION_SCAN` per session.
     """
     if not terms:
         return []
-    hits = " + ".join("(m.content LIKE ? ESCAPE '\\')" for _ in terms)
-    wanted = len(terms) if require_all else 1
+    hits = " + ".join(_like("m.content") for _ in terms)
+    if expression:
+        condition, condition_params = _like_boolean(expression, "content")
+    else:
+        condition, condition_params = "matched >= ?", [len(terms) if require_all else 1]
     sql = f"""
-        SELECT * FROM (
-            SELECT m.id AS message_id, m.session_id, m.role, m.content, m.timestamp,
-                   ({hits}) AS matched
-            FROM messages m
-            WHERE m.role IN ('user', 'assistant')
-              AND {schema.live_message_sql}
-              AND {_scope_sql()}
-        ) WHERE matched >= ?
+        SELECT message_id, session_id, role, content, timestamp, matched FROM (
+            SELECT *, ROW_NUMBER() OVER (
+                PARTITION BY session_id ORDER BY matched DESC, message_id DESC
+            ) AS nth
+            FROM (
+                SELECT m.id AS message_id, m.session_id, m.role, m.content, m.timestamp,
+                       ({hits}) AS matched
+                FROM messages m
+                WHERE m.role IN ('user', 'assistant')
+                  AND {schema.live_message_sql}
+                  AND {_scope_sql()}
+            )
+            WHERE {condition}
+        )
+        WHERE nth <= ?
         ORDER BY matched DESC, message_id DESC
         LIMIT ?
     """
-    params = [_like_pattern(t) for t in terms] + [json.dumps(list(session_ids)), wanted, scan_limit]
+    params = [
+        *(_like_pattern(t) for t in terms),
+        json.dumps(list(session_ids)),
+        *condition_params,
+        PER_SESSION_SCAN,
+        scan_limit,
+    ]
     return [dict(row) for row in conn.execute(sql, params).fetchall()]
 
 
@@ -547,3 +625,194 @@ def write_consent(record: dict[str, Any]) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     os.replace(tmp, path)
+
+
+def read_api_key() -> str | None:
+    """``PROJECT_HISTORY_EMBEDDING_API_KEY`` from the environment, else ``$HERMES_HOME/.env``.
+
+    ``hermes`` loads .env at start-up, but a process that only imports ``model_tools`` does not.
+    The key is returned to the provider and nowhere else: never logged, stored or echoed.
+    """
+    from .config_schema import API_KEY_ENV
+
+    key = os.environ.get(API_KEY_ENV, "").strip()
+    if key:
+        return key
+    env_file = hermes_home() / ".env"
+    if not env_file.exists():
+        return None
+    try:
+        from dotenv import dotenv_values
+
+        return (dotenv_values(env_file).get(API_KEY_ENV) or "").strip() or None
+    except Exception:
+        return None
+
+
+# --------------------------------------------------------------------------- embeddings.db
+
+EMBEDDINGS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS chunks (
+    id INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    message_id INTEGER NOT NULL,
+    chunk_index INTEGER NOT NULL,
+    content_hash TEXT NOT NULL,
+    model_fingerprint TEXT NOT NULL,
+    vector BLOB NOT NULL,
+    created_at REAL NOT NULL,
+    UNIQUE(session_id, message_id, chunk_index, model_fingerprint)
+);
+CREATE INDEX IF NOT EXISTS chunks_by_model_session ON chunks(model_fingerprint, session_id);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+EMBEDDINGS_SCHEMA_VERSION = "1"
+
+ChunkKey = tuple[str, int, int]  # (session_id, message_id, chunk_index)
+
+
+def embeddings_db_path() -> Path:
+    return plugin_data_dir() / "embeddings.db"
+
+
+def connect_embeddings(path: Path | None = None) -> sqlite3.Connection:
+    """Our own database: WAL so searches read while an indexer writes; created on first use."""
+    path = path or embeddings_db_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(str(path), timeout=15.0, isolation_level=None, check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.executescript(EMBEDDINGS_SCHEMA)
+    conn.execute(
+        "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?), ('generation', '0')",
+        (EMBEDDINGS_SCHEMA_VERSION,),
+    )
+    return conn
+
+
+def embeddings_generation(conn: sqlite3.Connection) -> int:
+    """Bumped by every write batch: an in-memory vector matrix is fresh while this is unchanged."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+    return int(row["value"]) if row else 0
+
+
+def chunk_hashes(
+    conn: sqlite3.Connection, fingerprint: str, session_ids: Sequence[str]
+) -> dict[ChunkKey, str]:
+    rows = conn.execute(
+        "SELECT session_id, message_id, chunk_index, content_hash FROM chunks "
+        "WHERE model_fingerprint = ? AND session_id IN (SELECT value FROM json_each(?))",
+        (fingerprint, json.dumps(list(session_ids))),
+    )
+    return {(r[0], r[1], r[2]): r[3] for r in rows}
+
+
+def write_chunks(
+    conn: sqlite3.Connection,
+    fingerprint: str,
+    rows: Sequence[tuple[str, int, int, str, bytes]],
+    stale: Iterable[ChunkKey] = (),
+) -> None:
+    """One batch in one transaction: upsert (session, message, chunk, hash, vector), drop stale keys."""
+    now = time.time()
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.executemany(
+            "INSERT INTO chunks (session_id, message_id, chunk_index, content_hash, model_fingerprint, "
+            "vector, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT(session_id, message_id, chunk_index, model_fingerprint) DO UPDATE SET "
+            "content_hash = excluded.content_hash, vector = excluded.vector, "
+            "created_at = excluded.created_at",
+            [(s, m, i, h, fingerprint, v, now) for s, m, i, h, v in rows],
+        )
+        conn.executemany(
+            "DELETE FROM chunks WHERE session_id = ? AND message_id = ? AND chunk_index = ? "
+            "AND model_fingerprint = ?",
+            [(*key, fingerprint) for key in stale],
+        )
+        conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def chunk_vectors(
+    conn: sqlite3.Connection, fingerprint: str, session_ids: Sequence[str]
+) -> list[tuple[str, int, int, bytes]]:
+    """(session_id, message_id, chunk_index, vector blob) of these sessions under one model."""
+    return conn.execute(
+        "SELECT session_id, message_id, chunk_index, vector FROM chunks "
+        "WHERE model_fingerprint = ? AND session_id IN (SELECT value FROM json_each(?)) "
+        "ORDER BY message_id, chunk_index",
+        (fingerprint, json.dumps(list(session_ids))),
+    ).fetchall()
+
+
+def indexed_message_ids(conn: sqlite3.Connection, fingerprint: str, session_ids: Sequence[str]) -> set[int]:
+    rows = conn.execute(
+        "SELECT DISTINCT message_id FROM chunks "
+        "WHERE model_fingerprint = ? AND session_id IN (SELECT value FROM json_each(?))",
+        (fingerprint, json.dumps(list(session_ids))),
+    )
+    return {r[0] for r in rows}
+
+
+def purge_embeddings() -> bool:
+    """Delete every stored vector (``disable --purge``): the database and its WAL files."""
+    removed = False
+    for suffix in ("", "-wal", "-shm"):
+        path = Path(str(embeddings_db_path()) + suffix)
+        if path.exists():
+            path.unlink()
+            removed = True
+    return removed
+
+
+@contextmanager
+def indexer_lock(blocking: bool = False) -> Iterator[bool]:
+    """One indexer at a time across processes, so two Hermes windows never embed the same text twice.
+
+    Yields whether the lock was taken; a process that does not get it leaves the work to the one
+    that has it.
+    """
+    import fcntl
+
+    path = plugin_data_dir() / "indexer.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def indexer_busy() -> bool:
+    """Is some process (this one included) holding the indexer lock right now?"""
+    with indexer_lock() as taken:
+        return not taken
+
+
+def live_signature(conn: sqlite3.Connection, schema: StateSchema, session_ids: Sequence[str]) -> tuple:
+    """Changes whenever a message of these sessions is added, rewound, compacted or removed."""
+    compacted = "total(m.compacted)" if "compacted" in schema.message_columns else "0"
+    row = conn.execute(
+        f"SELECT count(*), max(m.id), total(m.active), {compacted} FROM messages m WHERE {_scope_sql()}",
+        (json.dumps(list(session_ids)),),
+    ).fetchone()
+    return tuple(row)
+
+
+def live_message_ids(conn: sqlite3.Connection, schema: StateSchema, session_ids: Sequence[str]) -> set[int]:
+    rows = conn.execute(
+        f"SELECT m.id FROM messages m WHERE m.role IN ('user', 'assistant') "
+        f"AND {schema.live_message_sql} AND {_scope_sql()}",
+        (json.dumps(list(session_ids)),),
+    )
+    return {r[0] for r in rows}

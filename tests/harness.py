@@ -50,9 +50,19 @@ def install_plugin(home: Path) -> Path:
     return target
 
 
+# Any request that is not for loopback goes to a closed loopback port and fails at once: tests
+# never reach the internet, even if Hermes grew a new start-up download.
+OFFLINE = {
+    "HTTP_PROXY": "http://127.0.0.1:9",
+    "HTTPS_PROXY": "http://127.0.0.1:9",
+    "ALL_PROXY": "http://127.0.0.1:9",
+    "NO_PROXY": "127.0.0.1,localhost,::1",
+}
+
+
 def run_hermes(home: Path, *args: str, cwd: Path | None = None, timeout: float = 120, **env: str):
     """The real ``hermes`` CLI of the test virtualenv, in a given home."""
-    environment = {**os.environ, "HERMES_HOME": str(home), "NO_COLOR": "1", **env}
+    environment = {**os.environ, "HERMES_HOME": str(home), "NO_COLOR": "1", **OFFLINE, **env}
     return subprocess.run(
         [HERMES, *args],
         cwd=str(cwd or home),
@@ -165,6 +175,59 @@ class World:
 
     def close(self) -> None:
         self.db.close()
+
+    # -- helpers added for the attribution / keyword / move suites (append-only)
+    def git_repo(self, relative: str, branch: str = "main") -> str:
+        """A git repository with one commit on ``branch`` (worktrees need a commit)."""
+        path = self.folder(relative)
+        git = ["git", "-C", path, "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+        subprocess.run(["git", "init", "-q", "-b", branch, path], check=True)
+        subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "init"], check=True)
+        return path
+
+    def worktree(self, repo: str, relative: str, branch: str) -> str:
+        """A linked worktree of ``repo`` at ``root/relative`` on a new ``branch``."""
+        path = str(self.root / relative)
+        subprocess.run(["git", "-C", repo, "worktree", "add", "-q", "-b", branch, path], check=True)
+        return path
+
+    def write_config(self, text: str) -> None:
+        (self.home / "config.yaml").write_text(text, encoding="utf-8")
+
+    def message_rows(self, session_id: str) -> list[dict[str, Any]]:
+        """Every stored message of a session (inactive ones too), oldest first."""
+        return self.db.get_messages(session_id, include_inactive=True)
+
+    def table_checksums(self) -> dict[str, str]:
+        """sha256 of every table's rows (read through a separate read-only connection)."""
+        import hashlib
+        import sqlite3
+
+        uri = (self.home / "state.db").resolve().as_uri() + "?mode=ro"
+        conn = sqlite3.connect(uri, uri=True)
+        try:
+            names = [
+                row[0]
+                for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            ]
+            sums = {}
+            for name in names:
+                digest = hashlib.sha256()
+                for row in conn.execute(f'SELECT * FROM "{name}" ORDER BY 1'):
+                    digest.update(repr(tuple(row)).encode())
+                sums[name] = digest.hexdigest()
+            return sums
+        finally:
+            conn.close()
+
+    def state_files(self) -> dict[str, tuple[bytes, int]]:
+        """Bytes and mtime (ns) of state.db and its WAL/SHM companions that exist."""
+        files = {}
+        for suffix in ("", "-wal", "-shm"):
+            path = self.home / f"state.db{suffix}"
+            if path.exists():
+                files[path.name] = (path.read_bytes(), path.stat().st_mtime_ns)
+        return files
 
 
 @pytest.fixture

@@ -1,0 +1,797 @@
+"""project_history_search through the real Hermes: scope, keyword paths, safety, failure rows."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+
+import pytest
+from harness import World, new_session_id, session_ids
+
+NO_PROJECT_CONTEXT = {
+    "success": True,
+    "results": [],
+    "message": "No project context (no working directory recorded)",
+    "sessions_in_scope": 0,
+}
+NO_PROJECT_FOR_CWD = {
+    "success": True,
+    "results": [],
+    "message": "No project context (the working directory is in no project or git repository)",
+    "sessions_in_scope": 0,
+}
+ALONE = {
+    "success": True,
+    "results": [],
+    "message": "No other sessions in this project",
+    "sessions_in_scope": 1,
+}
+NO_MATCH = "No matching messages in this project's other sessions"
+
+
+@pytest.fixture
+def store(plugin):
+    importlib.import_module(f"{plugin.__name__}.store")
+    return plugin.store
+
+
+def explicit(pid: str, name: str) -> dict:
+    return {"kind": "explicit", "id": pid, "name": name}
+
+
+# --------------------------------------------------------------------------- result shape
+
+
+def test_result_shape_link_title_snippet_and_when(world):
+    original_tz = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"  # "when" is local time
+    time.tzset()
+    try:
+        repo = world.folder("alpha")
+        pid = world.project("Alpha", repo)
+        old = world.session(repo, title="Storage decision", timestamp=1788273022.0)  # 2026-09-01 14:30:22Z
+        (mid,) = world.add(
+            old, [("assistant", "We settled on postgres for the ledger.")], timestamp=1788273022.0
+        )
+        now = world.session(repo, [("user", "which database did we pick?")])
+        result = world.search(now, "postgres")
+    finally:
+        if original_tz is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = original_tz
+        time.tzset()
+    assert result == {
+        "success": True,
+        "mode": "keyword",
+        "project": explicit(pid, "Alpha"),
+        "results": [
+            {
+                "session_id": old,
+                "link": f"@session:{old}",
+                "title": "Storage decision",
+                "message_id": mid,
+                "snippet": "We settled on postgres for the ledger.",
+                "score_source": "keyword",
+                "when": "2026-09-01 14:30",
+            }
+        ],
+        "sessions_in_scope": 2,
+        "semantic_status": "consent_required",
+    }
+
+
+def test_long_message_snippet_is_bounded_and_centred_on_the_hit(world):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    text = " ".join(["filler"] * 200) + " the zebracorn decision " + " ".join(["tail"] * 200)
+    old = world.session(repo, [("user", text)])
+    now = world.session(repo)
+    (hit,) = world.search(now, "zebracorn")["results"]
+    assert hit["session_id"] == old
+    assert "zebracorn" in hit["snippet"]
+    assert hit["snippet"].startswith("…") and hit["snippet"].endswith("…")
+    assert len(hit["snippet"]) <= 242
+
+
+@pytest.fixture
+def profile_world(plugin, tmp_path, monkeypatch):
+    """A named profile: HERMES_HOME=<root>/profiles/work."""
+    home = tmp_path / "hroot" / "profiles" / "work"
+    home.mkdir(parents=True)
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    w = World(home, tmp_path / "work")
+    yield w
+    w.close()
+
+
+def test_links_on_a_named_profile_carry_the_profile(profile_world, store):
+    assert store.active_profile_name() == "work"
+    repo = profile_world.folder("alpha")
+    profile_world.project("Alpha", repo)
+    old = profile_world.session(repo, [("user", "kappa release notes")])
+    now = profile_world.session(repo)
+    (hit,) = profile_world.search(now, "kappa")["results"]
+    assert hit["session_id"] == old
+    assert hit["link"] == f"@session:work/{old}"
+
+
+# --------------------------------------------------------------------------- isolation
+
+
+def test_sibling_prefix_projects_are_isolated(world):
+    p_dir = world.folder("a/proj")
+    q_dir = world.folder("a/proj2")
+    p = world.project("P", p_dir)
+    q = world.project("Q", q_dir)
+    p_old = world.session(p_dir, [("user", "deploy pipeline broke on tuesday")])
+    p_sub = world.session(os.path.join(p_dir, "src"), [("assistant", "deploy pipeline fixed")])
+    q_old = world.session(q_dir, [("user", "deploy pipeline for Q")])
+    p_now = world.session(p_dir)
+    q_now = world.session(os.path.join(q_dir, "lib"))
+
+    from_p = world.search(p_now, "deploy pipeline", limit=10)
+    assert from_p["project"] == explicit(p, "P")
+    assert sorted(session_ids(from_p)) == sorted([p_old, p_sub])
+    assert from_p["sessions_in_scope"] == 3
+
+    from_q = world.search(q_now, "deploy pipeline", limit=10)
+    assert from_q["project"] == explicit(q, "Q")
+    assert session_ids(from_q) == [q_old]
+    assert from_q["sessions_in_scope"] == 2
+
+
+def test_like_wildcards_in_folder_names_are_literal(world):
+    # '%' and '_' are LIKE wildcards: "100%" would match "1000", "we_b" would match "weXb".
+    names = ["100%", "1000", "100%x", "we_b", "weXb", "we_b_c"]
+    dirs = {n: world.folder(f"w/{n}") for n in names}
+    pids = {n: world.project(f"proj {n}", d) for n, d in dirs.items()}
+    others = {n: world.session(d, [("user", f"wildcard token in {n}")]) for n, d in dirs.items()}
+    for n, d in dirs.items():
+        now = world.session(d)
+        result = world.search(now, "wildcard token", limit=10)
+        assert result["project"] == explicit(pids[n], f"proj {n}"), n
+        assert session_ids(result) == [others[n]], n
+
+
+def test_auto_repo_with_wildcards_in_its_path_is_literal(world):
+    a = world.git_repo("r/data_1%")
+    b = world.git_repo("r/dataX1%")
+    c = world.git_repo("r/data_1%2")
+    sessions = {d: world.session(d, [("user", "glyph sightings")]) for d in (a, b, c)}
+    for d in (a, b, c):
+        result = world.search(world.session(d), "glyph")
+        assert result["project"] == {"kind": "auto", "key": d}
+        assert session_ids(result) == [sessions[d]]
+
+
+def test_posix_folders_differing_only_in_case_are_different_projects(world):
+    upper = world.folder("ws/Proj")
+    lower = world.folder("ws/proj")
+    up = world.project("Upper", upper)
+    low = world.project("Lower", lower)
+    up_old = world.session(upper, [("user", "casing matters here")])
+    low_old = world.session(lower, [("user", "casing matters there")])
+    r_up = world.search(world.session(upper), "casing")
+    r_low = world.search(world.session(lower), "casing")
+    assert (r_up["project"], session_ids(r_up)) == (explicit(up, "Upper"), [up_old])
+    assert (r_low["project"], session_ids(r_low)) == (explicit(low, "Lower"), [low_old])
+
+
+def test_home_session_gets_the_spec_message_and_nothing_else(world):
+    world.session(None, [("user", "homeless musings about lighthouses")])
+    world.session(None, [("user", "more lighthouses")])
+    now = world.session(None, [("user", "lighthouses again")])
+    assert world.search(now, "lighthouses") == NO_PROJECT_CONTEXT
+    assert world.search(now, "lighthouses", mode="hybrid") == NO_PROJECT_CONTEXT
+
+
+def test_cwd_outside_any_project_or_repo_is_home(world):
+    loose = world.folder("loose")
+    world.session(loose, [("user", "loose notes on turbines")])
+    now = world.session(loose)
+    assert world.search(now, "turbines") == NO_PROJECT_FOR_CWD
+
+
+def test_current_session_never_appears(world):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    now = world.session(repo, [("user", "marmalade recipe"), ("assistant", "marmalade needs oranges")])
+    assert world.search(now, "marmalade", limit=10) == ALONE
+    other = world.session(repo, [("user", "marmalade again")])
+    result = world.search(now, "marmalade", limit=10)
+    assert session_ids(result) == [other]
+    assert result["sessions_in_scope"] == 2
+
+
+def test_compression_ancestor_of_the_current_session_is_excluded(world):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    parent = world.session(repo, [("user", "nebula planning before compression")])
+    world.db.end_session(parent, "compression")
+    child = new_session_id()
+    world.db.create_session(child, "cli", cwd=repo, parent_session_id=parent)
+    unrelated = world.session(repo, [("user", "nebula in another conversation")])
+    assert session_ids(world.search(child, "nebula", limit=10)) == [unrelated]
+    # A branch (not a compression) of the parent is another conversation: the parent shows.
+    branch = new_session_id()
+    world.db.create_session(branch, "cli", cwd=repo, parent_session_id=unrelated)
+    assert sorted(session_ids(world.search(branch, "nebula", limit=10))) == sorted([parent, unrelated])
+
+
+# --------------------------------------------------------------------------- which messages count
+
+
+def test_archived_sessions_are_excluded(world):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    archived = world.session(repo, [("user", "quokka census results")])
+    kept = world.session(repo, [("user", "quokka census planning")])
+    assert world.db.set_session_archived(archived, True)
+    assert session_ids(world.search(world.session(repo), "quokka", limit=10)) == [kept]
+
+
+def test_hidden_sources_are_excluded(world):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    world.session(repo, [("user", "ocelot from a subagent")], source="subagent")
+    world.session(repo, [("user", "ocelot from a tool session")], source="tool")
+    person = world.session(repo, [("user", "ocelot from a person")], source="tui")
+    assert session_ids(world.search(world.session(repo), "ocelot", limit=10)) == [person]
+
+
+@pytest.mark.parametrize(
+    ("word", "query"),
+    [
+        ("rewindable", "rewindable"),  # unicode61 FTS
+        ("回退消息内容", "退消"),  # 2 CJK characters: LIKE
+        ("回退消息内容", "回退消息"),  # 4 CJK characters: trigram
+    ],
+)
+def test_rewound_messages_are_never_returned(world, word, query):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    rewound = world.session(repo)
+    (target,) = world.add(rewound, [("user", f"please {word} now")])
+    world.add(rewound, [("assistant", f"ok {word} done")])
+    world.db.rewind_to_message(rewound, target)
+    assert [(m["active"], m["compacted"]) for m in world.message_rows(rewound)] == [(0, 0), (0, 0)]
+    now = world.session(repo)
+    assert world.search(now, query)["results"] == []
+    live = world.session(repo, [("user", f"live {word} here")])
+    assert session_ids(world.search(now, query, limit=10)) == [live]
+
+
+def test_compacted_rows_are_still_found(world):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    compacted = world.session(repo, [("user", "the albatross protocol uses udp"), ("assistant", "noted")])
+    world.db.archive_and_compact(compacted, [{"role": "user", "content": "summary of earlier turns"}])
+    rows = world.message_rows(compacted)
+    assert [(m["active"], m["compacted"]) for m in rows] == [(0, 1), (0, 1), (1, 0)]
+    result = world.search(world.session(repo), "albatross")
+    assert session_ids(result) == [compacted]
+    assert result["results"][0]["message_id"] == rows[0]["id"]
+
+
+def test_tool_messages_are_never_returned(world):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    sid = world.session(repo, [("user", "run the listing")])
+    world.db.append_message(sid, "tool", "flamingo.txt listed", tool_name="terminal", tool_call_id="c1")
+    world.db.append_message(sid, "tool", "鹦鹉螺档案 listed", tool_name="terminal", tool_call_id="c2")
+    now = world.session(repo)
+    for query in ("flamingo", "鹦鹉螺档案", "鹦鹉"):
+        assert world.search(now, query)["results"] == [], query
+
+
+def test_multimodal_content_snippet_is_text(world):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    parts = [
+        {"type": "text", "text": "diagram of the capybara pipeline"},
+        {"type": "image_url", "image_url": {}},
+    ]
+    sid = world.session(repo)
+    world.db.append_message(sid, "user", parts)
+    (hit,) = world.search(world.session(repo), "capybara")["results"]
+    assert (hit["session_id"], hit["snippet"]) == (sid, "diagram of the capybara pipeline")
+
+
+# --------------------------------------------------------------------------- ranking, relaxing, limits
+
+
+def test_and_match_first_then_relaxed_to_or_when_too_few_sessions(world):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    both = world.session(repo, [("user", "the walrus migration plan")])
+    only_one = world.session(repo, [("user", "walrus sightings")])
+    world.session(repo, [("user", "the weather today")])
+    now = world.session(repo)
+    assert session_ids(world.search(now, "walrus migration", limit=3)) == [both, only_one]
+    # AND already fills limit=1: no relaxing.
+    assert session_ids(world.search(now, "walrus migration", limit=1)) == [both]
+    # Nothing matches every word: OR (bm25: the shorter message first) still finds the walrus.
+    assert session_ids(world.search(now, "walrus teleporter", limit=1)) == [only_one]
+    assert session_ids(world.search(now, "walrus teleporter", limit=5)) == [only_one, both]
+    # Relaxing drops stopwords, or "the" would bring back the weather.
+    assert session_ids(world.search(now, "the walrus", limit=10)) == [both, only_one]
+    # Explicit operators are the user's: no relaxing.
+    assert session_ids(world.search(now, "walrus AND teleporter", limit=5)) == []
+    assert session_ids(world.search(now, "walrus NOT migration", limit=5)) == [only_one]
+
+
+def test_limit_is_clamped_and_results_are_one_per_session(world):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    many = [
+        world.session(repo, [("user", f"heron count {i}"), ("assistant", f"heron tally {i}")])
+        for i in range(12)
+    ]
+    now = world.session(repo)
+    cases = {50: 10, 10: 10, 4: 4, 1: 1, 0: 1, -7: 1}
+    for limit, expected in cases.items():
+        ids = session_ids(world.search(now, "heron", limit=limit))
+        assert len(ids) == expected, limit
+        assert len(set(ids)) == expected
+        assert set(ids) <= set(many)
+    default = world.call("project_history_search", {"query": "heron", "mode": "keyword"}, now)
+    assert len(session_ids(default)) == 3
+    as_text = world.call("project_history_search", {"query": "heron", "mode": "keyword", "limit": "5"}, now)
+    assert len(session_ids(as_text)) == 5
+
+
+# --------------------------------------------------------------------------- CJK routing
+
+
+@pytest.fixture
+def spy(store, monkeypatch):
+    """Records which keyword path ran: ('like', ...) or ('fts', table)."""
+    calls: list[tuple[str, str]] = []
+    like, fts = store.like_messages, store.fts_messages
+
+    def like_spy(conn, schema, terms, *args, **kwargs):
+        calls.append(("like", " ".join(terms)))
+        return like(conn, schema, terms, *args, **kwargs)
+
+    def fts_spy(conn, schema, table, *args, **kwargs):
+        calls.append(("fts", table))
+        return fts(conn, schema, table, *args, **kwargs)
+
+    monkeypatch.setattr(store, "like_messages", like_spy)
+    monkeypatch.setattr(store, "fts_messages", fts_spy)
+    return calls
+
+
+def test_two_cjk_characters_use_like(world, spy):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    hit = world.session(repo, [("user", "我们讨论了项目归属的问题")])
+    world.session(repo, [("user", "完全无关的内容")])
+    now = world.session(repo)
+    result = world.search(now, "归属")
+    assert session_ids(result) == [hit]
+    assert result["results"][0]["snippet"] == "我们讨论了项目归属的问题"
+    assert spy == [("like", "归属")]
+
+
+def test_four_cjk_characters_use_trigram(world, spy):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    hit = world.session(repo, [("user", "我们讨论了项目归属的问题")])
+    world.session(repo, [("user", "项目进度")])
+    now = world.session(repo)
+    assert session_ids(world.search(now, "项目归属")) == [hit]
+    assert spy == [("fts", "messages_fts_trigram")]
+
+
+def test_latin_word_glued_to_cjk_is_found(world):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    hit = world.session(repo, [("user", "修改youer服务端的配置")])
+    assert session_ids(world.search(world.session(repo), "youer")) == [hit]
+
+
+# --------------------------------------------------------------------------- hostile queries
+
+
+HOSTILE = [
+    '"',
+    "(",
+    "NEAR(",
+    "*",
+    "email@x.com",
+    "path/to/file.py",
+    "100%",
+    "x" * 5000,
+    "launch\x00codes",
+    "🚀🔥",
+    "🚀 launch",
+    '"unbalanced phrase',
+    "AND OR NOT",
+    "-leading",
+    "trailing-",
+    "a:b OR (c",
+    "col:value ^boost {x} [y] <z> ~ | & ; ! ? $ = \\ ' `",
+    "NEAR(a b, 3)",
+    "*prefix* suf*",
+]
+
+
+def test_hostile_queries_return_json_with_success(world):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    world.session(repo, [("user", "launch codes are in the vault")])
+    now = world.session(repo)
+    for query in HOSTILE:
+        for mode in ("keyword", "hybrid", "semantic"):
+            result = world.search(now, query, mode=mode)
+            assert result["success"] is True, (query, mode, result)
+            assert isinstance(result["results"], list)
+
+
+@pytest.mark.parametrize(
+    ("query", "text"),
+    [
+        ("email@x.com", "write to email@x.com for access"),
+        ("path/to/file.py", "the bug is in path/to/file.py line 3"),
+        ("100%", "coverage reached 100% today"),
+        ("launch\x00codes", "launch codes are in the vault"),
+        ("🚀 launch", "launch codes are in the vault"),
+        ("NEAR(", "the shop is near the station"),
+        ('"vault', "launch codes are in the vault"),
+        ("C++", "we rewrote it in C++ last year"),
+        ("user's", "the user's settings file"),
+        ("#1234", "fixed in PR #1234"),
+    ],
+)
+def test_hostile_queries_with_words_find_the_message(world, query, text):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    hit = world.session(repo, [("user", text)])
+    world.session(repo, [("user", "an unrelated remark about gardening")])
+    result = world.search(world.session(repo), query)
+    assert session_ids(result) == [hit]
+    assert result["results"][0]["snippet"] == text
+
+
+def test_five_thousand_character_query_finds_its_words(world):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    hit = world.session(repo, [("user", "notes about the okapi enclosure")])
+    query = "okapi " + "zz" * 2497
+    assert len(query) == 5000
+    assert session_ids(world.search(world.session(repo), query)) == [hit]
+
+
+def test_queries_without_searchable_words_return_no_results(world):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    world.session(repo, [("user", "anything at all")])
+    now = world.session(repo)
+    for query in ('"', "(", "*", "🚀🔥", "AND OR NOT", "\x00\x00"):
+        result = world.search(now, query)
+        assert (result["success"], result["results"], result["message"]) == (True, [], NO_MATCH), query
+
+
+# --------------------------------------------------------------------------- attribution through Hermes
+
+
+def test_cli_session_with_null_root_is_attributed_to_its_repo(world):
+    repo = world.git_repo("code/app")
+    other = world.git_repo("code/other")
+    src = world.folder("code/app/src")
+    docs = world.folder("code/app/docs")
+    a = world.session(src, [("user", "ibex refactor")])
+    world.session(other, [("user", "ibex in the other repo")])
+    assert world.row(a)["git_repo_root"] is None
+    result = world.search(world.session(docs), "ibex")
+    assert result["project"] == {"kind": "auto", "key": repo}
+    assert session_ids(result) == [a]
+
+
+def test_gateway_style_root_is_used_when_it_contains_the_cwd(world):
+    repo = world.git_repo("code/app")
+    a = world.session(os.path.join(repo, "x"), [("user", "yak shaving")], git_repo_root=repo)
+    result = world.search(world.session(repo, git_repo_root=repo), "yak")
+    assert result["project"] == {"kind": "auto", "key": repo}
+    assert session_ids(result) == [a]
+
+
+def test_linked_worktree_folds_into_its_main_repo(world):
+    main = world.git_repo("code/app")
+    wt = world.worktree(main, "code/app-wt-feature", "feature")
+    nested = world.worktree(main, "code/app/.worktrees/task1", "task1")
+    in_wt = world.session(wt, [("user", "gecko in the worktree")])
+    in_nested = world.session(nested, [("user", "gecko in the nested worktree")])
+    in_wt_gateway = world.session(wt, [("user", "gecko via the desktop")], git_repo_root=main)
+    in_main = world.session(main, [("user", "gecko on main")])
+    result = world.search(world.session(main), "gecko", limit=10)
+    assert result["project"] == {"kind": "auto", "key": main}
+    assert sorted(session_ids(result)) == sorted([in_wt, in_nested, in_wt_gateway, in_main])
+    from_wt = world.search(world.session(wt), "gecko", limit=10)
+    assert from_wt["project"] == {"kind": "auto", "key": main}
+    assert sorted(session_ids(from_wt)) == sorted([in_wt, in_nested, in_wt_gateway, in_main])
+
+
+def test_worktree_is_claimed_by_the_explicit_project_of_its_main_repo(world):
+    main = world.git_repo("code/app")
+    pid = world.project("App", main)
+    wt = world.worktree(main, "code/app-wt-x", "x")
+    in_wt = world.session(wt, [("user", "lemur in a sibling worktree")])
+    result = world.search(world.session(main), "lemur")
+    assert result["project"] == explicit(pid, "App")
+    assert session_ids(result) == [in_wt]
+
+
+def test_stale_git_root_is_not_attributed_to_that_repo(world):
+    repo = world.git_repo("code/app")
+    notes = world.folder("notes")
+    # Moved out of the repo on Hermes 0.19: the cwd changed, the root could not be cleared.
+    stale = world.session(repo, [("user", "tapir notes")], git_repo_root=repo)
+    world.db.update_session_cwd(stale, notes)
+    assert (world.row(stale)["cwd"], world.row(stale)["git_repo_root"]) == (notes, repo)
+    fresh = world.session(os.path.join(repo, "src"), [("user", "tapir code")], git_repo_root=repo)
+    from_repo = world.search(world.session(repo), "tapir", limit=10)
+    assert session_ids(from_repo) == [fresh]
+    assert world.search(stale, "tapir") == NO_PROJECT_FOR_CWD
+
+
+def test_stale_root_of_a_session_now_in_another_repo_follows_the_cwd(world):
+    old = world.git_repo("code/old")
+    new = world.git_repo("code/new")
+    moved = world.session(new, [("user", "okra in the new repo")], git_repo_root=old)
+    world.session(old, [("user", "okra in the old repo")])
+    mate = world.session(new, [("user", "okra teammate")])
+    result = world.search(moved, "okra", limit=10)
+    assert result["project"] == {"kind": "auto", "key": new}
+    assert session_ids(result) == [mate]
+
+
+def test_explicit_project_by_folder_overrides_the_auto_repo(world):
+    repo = world.git_repo("code/mono")
+    sub = world.folder("code/mono/services/api")
+    pid = world.project("API", sub)
+    web_dir = world.folder("code/mono/web")
+    api = world.session(world.folder("code/mono/services/api/handlers"), [("user", "heron api")])
+    web = world.session(web_dir, [("user", "heron web")])
+    result = world.search(world.session(sub), "heron", limit=10)
+    assert result["project"] == explicit(pid, "API")
+    assert session_ids(result) == [api]
+    from_web = world.search(world.session(web_dir), "heron", limit=10)
+    assert from_web["project"] == {"kind": "auto", "key": repo}
+    assert session_ids(from_web) == [web]
+
+
+def test_first_created_project_wins_a_shared_folder(world):
+    from hermes_cli import projects_db
+
+    shared = world.folder("shared")
+    second = world.project("Second", shared)
+    first = world.project("First", shared)
+    # projects_db orders by created_at (whole seconds): make "First" the older one, whatever
+    # order the rows were inserted in.
+    with projects_db.connect_closing(world.home / "projects.db") as conn:
+        conn.execute("UPDATE projects SET created_at = 1000 WHERE id = ?", (first,))
+        conn.execute("UPDATE projects SET created_at = 2000 WHERE id = ?", (second,))
+        conn.commit()
+    other = world.session(shared, [("user", "shared folder osprey")])
+    result = world.search(world.session(shared), "osprey")
+    assert result["project"] == explicit(first, "First")
+    assert session_ids(result) == [other]
+
+
+# --------------------------------------------------------------------------- failure rows
+
+
+def test_missing_state_db(plugin, tmp_path, monkeypatch):
+    home = tmp_path / "empty-home"
+    home.mkdir()
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    w = World.__new__(World)
+    w.home = home
+    expected = {"success": False, "error": "session database not found", "code": "no_db"}
+    for mode in ("keyword", "hybrid", "semantic"):
+        assert w.search("20260101_000000_abcdef", "anything", mode=mode) == expected
+    assert not (home / "state.db").exists()
+
+
+def test_missing_projects_db_falls_back_to_auto_repo(world):
+    repo = world.git_repo("code/app")
+    a = world.session(repo, [("user", "puffin data")])
+    assert not (world.home / "projects.db").exists()
+    result = world.search(world.session(world.folder("code/app/lib")), "puffin")
+    assert result["success"] is True
+    assert result["project"] == {"kind": "auto", "key": repo}
+    assert session_ids(result) == [a]
+    assert not (world.home / "projects.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        ({}, "query is required: a non-empty string of keywords, a phrase or a question"),
+        ({"query": ""}, "query is required: a non-empty string of keywords, a phrase or a question"),
+        ({"query": "   "}, "query is required: a non-empty string of keywords, a phrase or a question"),
+        ({"query": 42}, "query is required: a non-empty string of keywords, a phrase or a question"),
+        (
+            {"query": "x", "mode": "fuzzy"},
+            "mode must be one of 'hybrid', 'keyword', 'semantic' (got 'fuzzy')",
+        ),
+        ({"query": "x", "limit": "abc"}, "limit must be an integer from 1 to 10 (got 'abc')"),
+        ({"query": "x", "limit": True}, "limit must be an integer from 1 to 10 (got 'True')"),
+        ({"query": "x", "limit": float("inf")}, "limit must be an integer from 1 to 10 (got 'inf')"),
+        ({"query": "x", "limit": float("nan")}, "limit must be an integer from 1 to 10 (got 'nan')"),
+        ({"query": "x", "limit": [3]}, "limit must be an integer from 1 to 10 (got '[3]')"),
+        ({"query": ["x"]}, "query is required: a non-empty string of keywords, a phrase or a question"),
+    ],
+)
+def test_bad_search_input_is_a_json_error(world, args, error):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    now = world.session(repo)
+    assert world.call("project_history_search", args, now) == {"success": False, "error": error}
+
+
+def test_search_without_a_session_id_is_a_json_error(world, monkeypatch):
+    monkeypatch.delenv("HERMES_SESSION_ID", raising=False)
+    assert world.call("project_history_search", {"query": "x"}, None) == {
+        "success": False,
+        "error": "no current session to search from (the call carried no session id)",
+    }
+
+
+def test_a_failing_search_is_a_json_error_not_a_traceback(world, store, monkeypatch):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    now = world.session(repo)
+
+    def boom(*_args, **_kwargs):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(store, "read_visible_sessions", boom)
+    assert world.search(now, "x") == {
+        "success": False,
+        "error": "project history search failed: RuntimeError",
+        "code": "internal",
+    }
+
+
+# --------------------------------------------------------------------------- read-only
+
+
+def test_searching_never_writes_state_db(world):
+    repo = world.git_repo("code/app")
+    pid = world.project("App", repo)
+    other = world.folder("else")
+    world.project("Else", other)
+    a = world.session(repo, [("user", "the bison migration"), ("assistant", "项目归属 bison")], title="Bison")
+    world.session(os.path.join(repo, "src"), [("user", "bison again 100%")])
+    world.session(other, [("user", "bison elsewhere")])
+    world.session(None, [("user", "bison at home")])
+    now = world.session(repo)
+    home_now = world.session(None)
+    world.db._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    before_files, before_tables = world.state_files(), world.table_checksums()
+    for session in (now, home_now, "20990101_000000_ffffff"):
+        for mode in ("keyword", "hybrid", "semantic"):
+            for query in ["bison", "bison migration", "归属", "项目归属", "归属 NOT 项目", *HOSTILE]:
+                assert world.search(session, query, mode=mode, limit=10)["success"] is True
+    assert session_ids(world.search(now, "bison", limit=10)) != []
+    assert world.state_files() == before_files
+    assert world.table_checksums() == before_tables
+    # The move is the one write, and only to the sessions table.
+    assert world.move(a, "")["success"] is True
+    after = world.table_checksums()
+    assert {name for name in after if after[name] != before_tables[name]} == {"sessions"}
+    assert pid
+
+
+# --------------------------------------------------------------------------- added: edge cases
+
+
+def test_a_session_with_many_hits_does_not_crowd_out_the_others(world):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    chatty = world.session(repo, [("user", "heron heron heron")] * 320)
+    quiet = world.session(repo, [("user", "a heron was seen near the lake by the old boathouse today")])
+    quiet_cjk = world.session(repo, [("user", "今天在湖边看到了白鹭和归属问题")])
+    world.add(chatty, [("user", "归属归属归属")] * 320)
+    now = world.session(repo)
+    assert session_ids(world.search(now, "heron")) == [chatty, quiet]
+    assert session_ids(world.search(now, "归属")) == [chatty, quiet_cjk]
+
+
+def test_short_cjk_terms_honour_the_users_operators(world):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    both = world.session(repo, [("user", "项目的归属问题")])
+    only_a = world.session(repo, [("user", "归属而已")])
+    only_b = world.session(repo, [("user", "项目而已")])
+    now = world.session(repo)
+    assert session_ids(world.search(now, "归属 项目", limit=1)) == [both]
+    assert sorted(session_ids(world.search(now, "归属 OR 项目", limit=10))) == sorted([both, only_a, only_b])
+    assert session_ids(world.search(now, "归属 NOT 项目", limit=10)) == [only_a]
+    assert session_ids(world.search(now, "项目 NOT 归属", limit=10)) == [only_b]
+    assert session_ids(world.search(now, "归属 AND 项目", limit=10)) == [both]
+
+
+def test_windows_paths_through_hermes(world):
+    from hermes_cli import projects_db
+
+    pid = world.project("Win", world.folder("placeholder"))
+    with projects_db.connect_closing(world.home / "projects.db") as conn:
+        conn.execute("UPDATE project_folders SET path = ? WHERE project_id = ?", ("C:\\Users\\Me\\Repo", pid))
+        conn.execute("UPDATE projects SET primary_path = ? WHERE id = ?", ("C:\\Users\\Me\\Repo", pid))
+        conn.commit()
+    in_project = world.session("c:/users/me/repo/src", [("user", "wombat in the repo")])
+    sibling = world.session("C:\\Users\\Me\\Repo2", [("user", "wombat in the sibling")])
+    auto_a = world.session("D:\\Code\\App\\src", [("user", "wombat auto a")], git_repo_root="d:\\code\\app")
+    auto_b = world.session("D:\\code\\APP", [("user", "wombat auto b")], git_repo_root="D:\\Code\\App\\")
+    stale = world.session("E:\\notes", [("user", "wombat stale")], git_repo_root="D:\\Code\\App")
+
+    from_project = world.search(world.session("C:\\USERS\\ME\\REPO\\"), "wombat", limit=10)
+    assert from_project["project"] == explicit(pid, "Win")
+    assert session_ids(from_project) == [in_project]
+
+    from_auto = world.search(auto_b, "wombat", limit=10)
+    assert from_auto["project"] == {"kind": "auto", "key": "d:/code/app"}
+    assert session_ids(from_auto) == [auto_a]
+
+    assert world.search(sibling, "wombat") == NO_PROJECT_FOR_CWD
+    assert world.search(stale, "wombat") == NO_PROJECT_FOR_CWD
+
+
+def test_hermes_home_with_uri_special_characters(plugin, tmp_path, monkeypatch):
+    home = tmp_path / "my home #1 ?x=y%20&z"
+    home.mkdir()
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    w = World(home, tmp_path / "work")
+    try:
+        repo = w.folder("alpha")
+        w.project("Alpha", repo)
+        a = w.session(repo, [("user", "percent encoded narwhal")])
+        before = sorted(p.name for p in tmp_path.iterdir())
+        assert session_ids(w.search(w.session(repo), "narwhal")) == [a]
+        assert sorted(p.name for p in tmp_path.iterdir()) == before
+    finally:
+        w.close()
+
+
+@pytest.mark.parametrize(
+    ("query", "target", "decoy"), [("_折", "a_折扣", "打折"), ("%折", "满5%折", "打七折")]
+)
+def test_like_wildcards_in_short_cjk_queries_are_literal(world, query, target, decoy):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    hit = world.session(repo, [("user", target)])
+    world.session(repo, [("user", decoy)])
+    assert session_ids(world.search(world.session(repo), query, limit=10)) == [hit]
+
+
+def test_hermes_home_and_home_folder_are_never_automatic_projects(world, monkeypatch):
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(world.home)], check=True)  # a versioned HERMES_HOME
+    inside = world.home / "workspace"
+    inside.mkdir()
+    world.session(str(world.home), [("user", "jackal in hermes home")])
+    at_home = world.session(str(inside), [("user", "jackal in hermes home workspace")])
+    assert world.search(at_home, "jackal") == NO_PROJECT_FOR_CWD
+
+    fake_home = world.root / "fakehome"
+    fake_home.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(fake_home)], check=True)  # dotfiles repo in ~
+    monkeypatch.setenv("HOME", str(fake_home))
+    world.session(str(fake_home), [("user", "jackal in the home folder")])
+    in_home = world.session(str(fake_home), [("user", "jackal again")])
+    assert world.search(in_home, "jackal") == NO_PROJECT_FOR_CWD
+
+
+def test_relaxed_short_cjk_query_ignores_stopwords(world):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    hit = world.session(repo, [("user", "关于归属的讨论")])
+    world.session(repo, [("user", "the weather is nice")])
+    assert session_ids(world.search(world.session(repo), "归属 the", limit=5)) == [hit]
