@@ -21,7 +21,7 @@ models: setup
 test: setup models
 	$(BIN)/pytest
 
-demo: setup
+demo: setup models
 	$(BIN)/python demo/demo.py
 
 lint: setup
