@@ -19,7 +19,7 @@ models: setup
 	$(BIN)/python tests/models.py
 
 test: setup models
-	$(BIN)/pytest
+	$(BIN)/pytest tests
 
 demo: setup models
 	$(BIN)/python demo/demo.py
