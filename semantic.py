@@ -95,10 +95,23 @@ class Pending:
     todo: list[tuple[store.ChunkKey, str, str]]  # (key, text, hash)
     stale: list[store.ChunkKey]
     live_messages: int
+    checked_up_to: dict[str, int]  # per session: the newest message this pass looked at
 
     @property
     def complete(self) -> bool:
         return not self.todo and not self.stale
+
+
+# Hermes appends messages and never edits one in place (a rewind only flips ``active``), so once a
+# complete pass has checked a session up to message N, the next pass need only read what came
+# after N. Watermarks belong to one embeddings.db (its random instance id: a purge starts over)
+# and one model fingerprint; they are advanced only by a pass that finished.
+_watermarks: dict[tuple[str, str], dict[str, int]] = {}
+_watermarks_lock = threading.Lock()
+
+
+def _watermark_slot(econn: sqlite3.Connection, fingerprint: str) -> tuple[str, str]:
+    return (store.embeddings_instance(econn), fingerprint)
 
 
 def pending_chunks(
@@ -110,11 +123,17 @@ def pending_chunks(
     chunk_size: int,
     overlap: int,
 ) -> Pending:
-    stored = store.chunk_hashes(econn, fingerprint, session_ids)
+    """Chunks to embed for these sessions: new or changed text since the last complete pass."""
+    with _watermarks_lock:
+        checked = dict(_watermarks.get(_watermark_slot(econn, fingerprint), {}))
+    after = {sid: checked.get(sid, 0) for sid in session_ids}
+    messages = store.live_messages(conn, schema, after)
+    stored = store.chunk_hashes(econn, fingerprint, after) if messages else {}
     todo: list[tuple[store.ChunkKey, str, str]] = []
     wanted: set[store.ChunkKey] = set()
-    messages = store.live_messages(conn, schema, session_ids)
+    newest = dict(after)
     for message in messages:
+        newest[message["session_id"]] = max(newest[message["session_id"]], message["message_id"])
         for index, text in enumerate(chunk_text(store.message_text(message["content"]), chunk_size, overlap)):
             key = (message["session_id"], message["message_id"], index)
             digest = content_hash(text)
@@ -125,7 +144,12 @@ def pending_chunks(
     # are no longer live stay stored (a rewind can be undone) but are never returned.
     live_ids = {m["message_id"] for m in messages}
     stale = [key for key in stored if key[1] in live_ids and key not in wanted]
-    return Pending(todo=todo, stale=stale, live_messages=len(messages))
+    return Pending(todo=todo, stale=stale, live_messages=len(messages), checked_up_to=newest)
+
+
+def _remember_checked(econn: sqlite3.Connection, fingerprint: str, checked_up_to: dict[str, int]) -> None:
+    with _watermarks_lock:
+        _watermarks.setdefault(_watermark_slot(econn, fingerprint), {}).update(checked_up_to)
 
 
 def embed_pending(
@@ -183,6 +207,8 @@ def build_index(
                         progress(written, written + len(pending.todo))
                     if deadline is not None and time.monotonic() >= deadline:
                         break
+                if pending.complete:
+                    _remember_checked(econn, embedder.fingerprint, pending.checked_up_to)
                 return written, pending.complete
             finally:
                 econn.close()

@@ -20,6 +20,7 @@ import sqlite3
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
@@ -506,19 +507,24 @@ def like_messages(
 
 
 def live_messages(
-    conn: sqlite3.Connection, schema: StateSchema, session_ids: Sequence[str], after_id: int = 0
+    conn: sqlite3.Connection, schema: StateSchema, sessions: Mapping[str, int] | Sequence[str]
 ) -> list[dict[str, Any]]:
-    """Live user/assistant messages of these sessions, in order: what the semantic index covers."""
+    """Live user/assistant messages of these sessions, in order: what the semantic index covers.
+
+    ``sessions`` maps a session to the message id after which to read (a list means all).
+    """
+    after_id_by_session = sessions if isinstance(sessions, Mapping) else dict.fromkeys(sessions, 0)
     sql = f"""
         SELECT m.id AS message_id, m.session_id, m.role, m.content, m.timestamp
-        FROM messages m
+        FROM json_each(?) AS wanted
+        JOIN messages m ON m.session_id = json_extract(wanted.value, '$[0]')
+                       AND m.id > json_extract(wanted.value, '$[1]')
         WHERE m.role IN ('user', 'assistant')
           AND {schema.live_message_sql}
-          AND {_scope_sql()}
-          AND m.id > ?
         ORDER BY m.id
     """
-    return [dict(r) for r in conn.execute(sql, (json.dumps(list(session_ids)), after_id)).fetchall()]
+    wanted = json.dumps([[sid, after] for sid, after in after_id_by_session.items()])
+    return [dict(r) for r in conn.execute(sql, (wanted,)).fetchall()]
 
 
 def messages_by_id(conn: sqlite3.Connection, message_ids: Iterable[int]) -> dict[int, dict[str, Any]]:
@@ -685,10 +691,17 @@ def connect_embeddings(path: Path | None = None) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.executescript(EMBEDDINGS_SCHEMA)
     conn.execute(
-        "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?), ('generation', '0')",
-        (EMBEDDINGS_SCHEMA_VERSION,),
+        "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?), ('generation', '0'), "
+        "('instance', ?)",
+        (EMBEDDINGS_SCHEMA_VERSION, uuid.uuid4().hex),
     )
     return conn
+
+
+def embeddings_instance(conn: sqlite3.Connection) -> str:
+    """A random id given to this database when it was created: a purge makes a new one."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'instance'").fetchone()
+    return row["value"] if row else ""
 
 
 def embeddings_generation(conn: sqlite3.Connection) -> int:
@@ -698,12 +711,15 @@ def embeddings_generation(conn: sqlite3.Connection) -> int:
 
 
 def chunk_hashes(
-    conn: sqlite3.Connection, fingerprint: str, session_ids: Sequence[str]
+    conn: sqlite3.Connection, fingerprint: str, after_id_by_session: Mapping[str, int]
 ) -> dict[ChunkKey, str]:
+    """Stored chunk hashes of these sessions' messages newer than each one's id."""
+    wanted = json.dumps([[sid, after] for sid, after in after_id_by_session.items()])
     rows = conn.execute(
-        "SELECT session_id, message_id, chunk_index, content_hash FROM chunks "
-        "WHERE model_fingerprint = ? AND session_id IN (SELECT value FROM json_each(?))",
-        (fingerprint, json.dumps(list(session_ids))),
+        "SELECT c.session_id, c.message_id, c.chunk_index, c.content_hash FROM json_each(?) AS wanted "
+        "JOIN chunks c ON c.model_fingerprint = ? AND c.session_id = json_extract(wanted.value, '$[0]') "
+        "AND c.message_id > json_extract(wanted.value, '$[1]')",
+        (wanted, fingerprint),
     )
     return {(r[0], r[1], r[2]): r[3] for r in rows}
 
