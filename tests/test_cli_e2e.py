@@ -8,10 +8,10 @@ written in-process with Hermes's own ``projects_db`` and ``SessionDB``. Then
 tool and the test reads what Hermes sent back and what it recorded in ``state.db``.
 
 Offline by construction: the subprocesses get ``HTTP(S)_PROXY`` pointing at the fake server,
-which refuses and records every proxied request (``server.outbound``), and the two start-up
-downloads Hermes would try are switched off (tirith in config, the PyPI update check by a fresh
-``.update_check`` cache). Provider keys from the caller's environment are removed so that the
-home's config is the only thing that decides the model.
+which refuses and records every proxied request (``server.outbound``), and the start-up
+downloads Hermes would try are switched off (tirith and lazy package installs in config, the
+PyPI update check by a fresh ``.update_check`` cache). Provider keys from the caller's
+environment are removed so that the home's config is the only thing that decides the model.
 """
 
 from __future__ import annotations
@@ -172,6 +172,7 @@ def hermes_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Home]:
             ("model.default", "fake-model"),
             ("model.context_length", "131072"),  # no context-length probing
             ("security.tirith_enabled", "false"),  # else Hermes downloads tirith from GitHub
+            ("security.allow_lazy_installs", "false"),  # else it pip-installs edge-tts at start-up
         ):
             done = h.hermes("config", "set", key, value)
             assert done.returncode == 0, h.diagnose(done)
