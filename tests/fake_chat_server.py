@@ -26,8 +26,10 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from loopback import LoopbackServer
 
 MODEL = "fake-model"
 
@@ -79,7 +81,7 @@ def _short(text: str, limit: int) -> str:
 
 
 @dataclass
-class FakeChatServer:
+class FakeChatServer(LoopbackServer):
     """``with FakeChatServer(...) as server:`` serves on ``server.base_url`` until the block ends."""
 
     tool_name: str = "project_history_search"
@@ -101,12 +103,10 @@ class FakeChatServer:
         # Every call gets a fresh id: when a resumed conversation already held a call with the
         # same id, Hermes ran the tool but left the new call and its result out of the next request.
         self._call_ids: list[str] = []
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self) -> FakeChatServer:
+    def handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -124,37 +124,7 @@ class FakeChatServer:
             def do_CONNECT(self) -> None:
                 server._refuse_proxy(self)
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> FakeChatServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        assert self._httpd is not None, "server not started"
-        return self._httpd.server_address[1]
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return Handler
 
     @property
     def proxy_url(self) -> str:

@@ -128,6 +128,15 @@ class World:
             conn.commit()
         return project_id
 
+    def order_projects(self, *project_ids: str) -> None:
+        """Make these projects oldest-first in this order (projects_db keeps whole seconds)."""
+        from hermes_cli import projects_db
+
+        with projects_db.connect_closing(self.home / "projects.db") as conn:
+            for age, project_id in enumerate(project_ids, start=1):
+                conn.execute("UPDATE projects SET created_at = ? WHERE id = ?", (1000 * age, project_id))
+            conn.commit()
+
     # -- sessions
     def session(
         self,

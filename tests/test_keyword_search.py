@@ -565,17 +565,10 @@ def test_explicit_project_by_folder_overrides_the_auto_repo(world):
 
 
 def test_first_created_project_wins_a_shared_folder(world):
-    from hermes_cli import projects_db
-
     shared = world.folder("shared")
     second = world.project("Second", shared)
     first = world.project("First", shared)
-    # projects_db orders by created_at (whole seconds): make "First" the older one, whatever
-    # order the rows were inserted in.
-    with projects_db.connect_closing(world.home / "projects.db") as conn:
-        conn.execute("UPDATE projects SET created_at = 1000 WHERE id = ?", (first,))
-        conn.execute("UPDATE projects SET created_at = 2000 WHERE id = ?", (second,))
-        conn.commit()
+    world.order_projects(first, second)  # "First" is the older, whatever the insertion order
     other = world.session(shared, [("user", "shared folder osprey")])
     result = world.search(world.session(shared), "osprey")
     assert result["project"] == explicit(first, "First")

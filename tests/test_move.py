@@ -175,15 +175,10 @@ def test_move_reanchors_the_live_session_when_hermes_offers_the_hook(world, monk
 
 
 def test_move_to_a_folder_claimed_by_an_older_project_warns(world):
-    from hermes_cli import projects_db
-
     shared = world.folder("shared")
     first = world.project("First", shared)
     second = world.project("Second", shared)
-    with projects_db.connect_closing(world.home / "projects.db") as conn:
-        conn.execute("UPDATE projects SET created_at = 1000 WHERE id = ?", (first,))
-        conn.execute("UPDATE projects SET created_at = 2000 WHERE id = ?", (second,))
-        conn.commit()
+    world.order_projects(first, second)
     me = world.session(None)
     result = world.move(me, second)
     assert result["success"] is True
