@@ -31,6 +31,7 @@ class EmbeddingSettings:
     base_url: str = ""
     chunk_size: int = 512
     chunk_overlap: int = 64
+    context_messages: int = 1  # preceding messages embedded with each chunk (README, "Tuning")
     top_k: int = 20
     enabled: bool = False
     # Fusion (spec §十一 leaves these to measurement; README has the table behind the values).
@@ -66,6 +67,7 @@ _RULES: dict[str, tuple[type, Any, str]] = {
     ),
     "chunk_size": (int, lambda v: 16 <= v <= 8192, "an integer from 16 to 8192 (tokens)"),
     "chunk_overlap": (int, lambda v: 0 <= v <= 4096, "an integer from 0 to 4096 (tokens)"),
+    "context_messages": (int, lambda v: 0 <= v <= 5, "an integer from 0 to 5"),
     "top_k": (int, lambda v: 1 <= v <= 1000, "an integer from 1 to 1000"),
     "enabled": (bool, lambda v: True, "true or false"),
     "rrf_k": (int, lambda v: 0 <= v <= 1000, "an integer from 0 to 1000"),

@@ -527,6 +527,23 @@ def live_messages(
     return [dict(r) for r in conn.execute(sql, (wanted,)).fetchall()]
 
 
+def preceding_messages(
+    conn: sqlite3.Connection, schema: StateSchema, up_to_id_by_session: Mapping[str, int], count: int
+) -> dict[str, list[str]]:
+    """Per session, the text of its last ``count`` live user/assistant messages up to an id, oldest first."""
+    earlier: dict[str, list[str]] = {}
+    for session_id, up_to in up_to_id_by_session.items():
+        rows = conn.execute(
+            f"SELECT m.content FROM messages m WHERE m.session_id = ? AND m.id <= ? "
+            f"AND m.role IN ('user', 'assistant') AND {schema.live_message_sql} "
+            "ORDER BY m.id DESC LIMIT ?",
+            (session_id, up_to, count),
+        ).fetchall()
+        texts = [message_text(row[0]) for row in reversed(rows)]
+        earlier[session_id] = [text for text in texts if text.strip()]
+    return earlier
+
+
 def messages_by_id(conn: sqlite3.Connection, message_ids: Iterable[int]) -> dict[int, dict[str, Any]]:
     ids = list(message_ids)
     if not ids:

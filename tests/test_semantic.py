@@ -110,10 +110,11 @@ def test_keyword_results_survive_a_provider_that_is_down(project, server):
 def test_second_index_run_sends_no_text(project, server):
     project.search(project.current, "anything", mode="hybrid")
     first = document_texts(server)
+    # Each message is embedded after the message before it in its session (context_messages=1).
     assert sorted(first) == sorted(
         [
             "The login session expires after five minutes of inactivity",
-            "I will raise it.",
+            "The login session expires after five minutes of inactivity\nI will raise it.",
             "The invoice export writes CSV files to the share",
         ]
     )
@@ -203,3 +204,13 @@ def test_local_model_finds_by_meaning_and_nothing_runs_before_consent(world, plu
     enable_semantic(plugin, provider="local", model="all-MiniLM-L6-v2", model_path=str(minilm_model_dir()))
     result = world.search(now, "vehicle breakdown", mode="semantic", limit=1)
     assert session_ids(result) == [old]
+
+
+def test_a_new_message_is_embedded_alone_with_its_predecessor(project, server):
+    project.search(project.current, "warm the index", mode="hybrid")
+    project.add(project.expiry, [("user", "Make it thirty minutes instead.")])
+    server.reset()
+    result = project.search(project.current, "extend the timeout to half an hour", mode="semantic", limit=1)
+    # Only the new message is sent, framed by the reply before it (read across the watermark).
+    assert document_texts(server) == ["I will raise it.\nMake it thirty minutes instead."]
+    assert session_ids(result) == [project.expiry]
