@@ -32,11 +32,11 @@ class EmbeddingSettings:
     chunk_size: int = 512
     chunk_overlap: int = 64
     context_messages: int = 1  # preceding messages embedded with each chunk (README, "Tuning")
-    top_k: int = 20
+    top_k: int = 50
     enabled: bool = False
     # Fusion (spec §十一 leaves these to measurement; README has the table behind the values).
-    rrf_k: int = 60
-    keyword_weight: float = 1.0
+    rrf_k: int = 5
+    keyword_weight: float = 2.5
     semantic_weight: float = 1.0
     # Provider details.
     model_path: str = ""  # local: folder with model.onnx and tokenizer.json
