@@ -1,0 +1,184 @@
+"""Retrieval quality on LoCoMo, end to end through Hermes's tool dispatcher.
+
+    .venv/bin/python bench/quality.py --model minilm            # all questions, three modes
+    .venv/bin/python bench/quality.py --model e5 --split check  # held-out conversations only
+    .venv/bin/python bench/quality.py --limit-questions 50      # a quick look
+
+A real Hermes home (``.cache/bench/<model>-cs<size>-co<overlap>-cm<context>/home``) holds LoCoMo as
+five projects; the plugin is installed, enabled and given consent as a user would; the index is
+built once per model and chunk settings and reused. Fusion settings (rrf_k, weights, top_k) do not
+change the index, so re-runs with other values embed nothing but the questions.
+Every question is asked as ``project_history_search`` from a fresh session of its project via
+``model_tools.handle_function_call``. Scores are session-level any@k/all@k; leaks count results
+from another project.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import locomo
+import metrics
+import models_setup
+import world
+
+MODES = ("keyword", "semantic", "hybrid")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    models_setup.add_model_args(parser)
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of %(default)s")
+    parser.add_argument(
+        "--split",
+        default="all",
+        help="all | tune (conv-26/30/41) | check (conv-42/43) | comma-separated conversation ids",
+    )
+    parser.add_argument("--limit-questions", type=int, default=0, help="first N questions of each project")
+    parser.add_argument("--limit", type=int, default=10, help="sessions asked for per question (max 10)")
+    parser.add_argument("--rebuild", action="store_true", help="rebuild the cached home and index")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    return parser.parse_args(argv)
+
+
+def select(conversations: list[locomo.Conversation], split: str, limit: int) -> list[locomo.Question]:
+    wanted = {
+        "all": {c.sample_id for c in conversations},
+        "tune": set(locomo.TUNE_SPLIT),
+        "check": set(locomo.CHECK_SPLIT),
+    }.get(split, set(split.split(",")))
+    questions = []
+    for conv in conversations:
+        if conv.sample_id in wanted:
+            questions.extend(conv.questions[:limit] if limit else conv.questions)
+    return questions
+
+
+def build_index(plugin, built: world.Built, settings) -> dict:
+    """Index every project through ``semantic.build_index``; timing and provider time."""
+    store, semantic, search = (world.module(n) for n in ("store", "semantic", "search"))
+    embedder = world.module("embedders").make_embedder(settings.embedding, store.read_api_key())
+    before_seconds, before_texts = embedder.provider_seconds, embedder.texts_embedded
+    started = time.perf_counter()
+    written = 0
+    scopes = {}
+    with store.reading(store.state_db_path()) as conn:
+        schema = store.detect_schema(conn)
+        for conv, fresh in built.fresh.items():
+            scopes[conv] = search.resolve_scope(conn, schema, fresh).session_ids
+    for ids in scopes.values():
+        n, complete = semantic.build_index(ids, settings, embedder)
+        assert complete, "index incomplete"
+        written += n
+    return {
+        "chunks_written": written,
+        "seconds": time.perf_counter() - started,
+        "provider_seconds": embedder.provider_seconds - before_seconds,
+        "texts_embedded": embedder.texts_embedded - before_texts,
+        "fingerprint": embedder.fingerprint,
+    }
+
+
+def ask(built: world.Built, questions: list[locomo.Question], mode: str, limit: int) -> tuple:
+    import model_tools
+
+    own = {conv: {s for s, (c, _) in built.sessions.items() if c == conv} for conv in built.fresh}
+    by_key = {(c, n): s for s, (c, n) in built.sessions.items()}
+    score, latencies, statuses = metrics.Score(), [], {}
+    per_question = []
+    for q in questions:
+        started = time.perf_counter()
+        raw = model_tools.handle_function_call(
+            "project_history_search",
+            {"query": q.text, "mode": mode, "limit": limit},
+            session_id=built.fresh[q.conversation],
+        )
+        latencies.append(time.perf_counter() - started)
+        result = json.loads(raw)
+        if not result.get("success"):
+            raise SystemExit(f"search failed: {result}")
+        status = result.get("semantic_status", "-")
+        statuses[status] = statuses.get(status, 0) + 1
+        ranked = [r["session_id"] for r in result["results"]]
+        score.add(ranked, {by_key[(q.conversation, n)] for n in q.gold}, own[q.conversation])
+        per_question.append([q.conversation, q.index, [built.sessions.get(s, ("?", -1))[1] for s in ranked]])
+    return score, latencies, statuses, per_question
+
+
+def timing_cells(latencies: list[float]) -> tuple[str, str]:
+    ordered = sorted(latencies)
+    p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+    return f"{1000 * statistics.median(ordered):.1f}", f"{1000 * p95:.1f}"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    modes = [m for m in args.modes.split(",") if m]
+    conversations = locomo.load()
+    questions = select(conversations, args.split, args.limit_questions)
+    semantic_wanted = any(m != "keyword" for m in modes)
+
+    with models_setup.embedding_config(args) as (key, embedding):
+        built = world.build_home(key, conversations, rebuild=args.rebuild)
+        plugin = world.activate(built.home)
+        models_setup.install_prototypes(args)
+        settings = world.configure(plugin, embedding if semantic_wanted else None)
+        index = build_index(plugin, built, settings) if semantic_wanted else None
+
+        rows, extra, report = [], {"median ms": [], "p95 ms": [], "semantic_status": []}, {}
+        for mode in modes:
+            score, latencies, statuses, per_question = ask(built, questions, mode, args.limit)
+            rows.append((mode, score))
+            median, p95 = timing_cells(latencies)
+            extra["median ms"].append(median)
+            extra["p95 ms"].append(p95)
+            extra["semantic_status"].append(",".join(f"{k}:{v}" for k, v in sorted(statuses.items())))
+            report[mode] = {
+                **score.row(),
+                "leaks": score.leaks,
+                "questions": score.questions,
+                "median_ms": float(median),
+                "p95_ms": float(p95),
+                "statuses": statuses,
+                "ranked": per_question,
+            }
+
+    e = settings.embedding
+    print(
+        f"model={args.model} split={args.split} questions={len(questions)} "
+        f"home built/loaded in {built.build_seconds:.1f}s"
+    )
+    if semantic_wanted:
+        print(
+            f"settings: rrf_k={e.rrf_k} keyword_weight={e.keyword_weight} "
+            f"semantic_weight={e.semantic_weight} top_k={e.top_k} chunk_size={e.chunk_size} "
+            f"chunk_overlap={e.chunk_overlap} context_messages={e.context_messages} fusion={args.fusion}"
+        )
+        print(
+            f"index: {index['chunks_written']} chunks embedded in {index['seconds']:.1f}s "
+            f"(provider {index['provider_seconds']:.1f}s; 0 chunks = reused from the cache)"
+        )
+    print()
+    print(metrics.table(rows, extra))
+    result = {
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "index": index,
+        "modes": report,
+    }
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()

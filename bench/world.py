@@ -1,0 +1,155 @@
+"""A real Hermes home holding LoCoMo, the plugin installed and enabled as a user would do it.
+
+Built with Hermes's own ``SessionDB`` and ``projects_db`` through ``tests/harness.py``: five
+projects (one folder each), every LoCoMo session a ``cli`` session whose cwd is its project's
+folder, turns as user/assistant messages stamped with the session's date, and one fresh, empty
+session per project from which the questions are asked.
+
+Import this module before anything imports Hermes: ``harness`` pins ``HERMES_HOME`` at import,
+and :func:`activate` repoints it to the bench home before ``model_tools`` loads the plugin.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "bench"))
+
+import harness  # noqa: E402  (sets HERMES_HOME for a throwaway boot home; activate() repoints it)
+import locomo  # noqa: E402
+
+CACHE = REPO / ".cache" / "bench"
+PLUGIN_KEY = harness.PLUGIN_KEY
+WORLD_VERSION = 1  # bump when the way the home is built changes
+
+
+@dataclass
+class Built:
+    home: Path
+    sessions: dict[str, tuple[str, int]]  # Hermes session id -> (conversation, LoCoMo session number)
+    fresh: dict[str, str]  # conversation -> the fresh session the questions come from
+    projects: dict[str, str]  # conversation -> project id
+    build_seconds: float
+
+    def session_of(self, conversation: str, number: int) -> str:
+        for sid, (conv, n) in self.sessions.items():
+            if conv == conversation and n == number:
+                return sid
+        raise KeyError((conversation, number))
+
+
+def _build(home: Path, conversations: list[locomo.Conversation]) -> dict[str, Any]:
+    world = harness.World(home, home.parent / "work")
+    sessions: dict[str, list] = {}
+    fresh: dict[str, str] = {}
+    projects: dict[str, str] = {}
+    try:
+        for conv in conversations:
+            folder = world.folder(conv.sample_id)
+            projects[conv.sample_id] = world.project(f"LoCoMo {conv.sample_id}", folder)
+            for session in conv.sessions:
+                sid = harness.new_session_id()
+                world.db.create_session(sid, "cli", cwd=folder)
+                world.db.set_session_title(sid, f"{conv.sample_id} session {session.number}")
+                for turn in session.turns:
+                    world.db.append_message(sid, turn.role, turn.text, timestamp=turn.timestamp)
+                sessions[sid] = [conv.sample_id, session.number]
+            sid = harness.new_session_id()
+            world.db.create_session(sid, "cli", cwd=folder)
+            fresh[conv.sample_id] = sid
+    finally:
+        world.close()
+    return {"version": WORLD_VERSION, "sessions": sessions, "fresh": fresh, "projects": projects}
+
+
+def build_home(
+    key: str, conversations: list[locomo.Conversation] | None = None, rebuild: bool = False
+) -> Built:
+    """The home cached under ``.cache/bench/<key>/home``: built once, reused while it is intact."""
+    root = CACHE / key
+    home = root / "home"
+    manifest = root / "world.json"
+    started = time.perf_counter()
+    data = None
+    if manifest.exists() and not rebuild:
+        data = json.loads(manifest.read_text())
+        if data.get("version") != WORLD_VERSION or not (home / "state.db").exists():
+            data = None
+    if data is None:
+        if root.exists():
+            shutil.rmtree(root)
+        home.mkdir(parents=True)
+        activate_env(home)
+        data = _build(home, conversations or locomo.load())
+        harness.enable_plugin(home)  # copies the plugin and runs `hermes plugins enable`
+        manifest.write_text(json.dumps(data, indent=1))
+    return Built(
+        home=home,
+        sessions={sid: (conv, n) for sid, (conv, n) in data["sessions"].items()},
+        fresh=data["fresh"],
+        projects=data["projects"],
+        build_seconds=time.perf_counter() - started,
+    )
+
+
+def activate_env(home: Path) -> None:
+    os.environ["HERMES_HOME"] = str(home)
+    os.environ.pop("PROJECT_HISTORY_EMBEDDING_API_KEY", None)
+
+
+def activate(home: Path):
+    """Point Hermes at ``home``, refresh the installed plugin copy, load it; the plugin package."""
+    activate_env(home)
+    harness.install_plugin(home)  # the current code, even when the home comes from the cache
+    import model_tools  # noqa: F401  (runs plugin discovery)
+    from hermes_cli.plugins import get_plugin_manager
+
+    loaded = {p["name"]: p for p in get_plugin_manager().list_plugins()}
+    if PLUGIN_KEY not in loaded or loaded[PLUGIN_KEY].get("error"):
+        raise SystemExit(f"plugin not loaded: {loaded.get(PLUGIN_KEY)}")
+    return sys.modules[harness.PLUGIN_MODULE]
+
+
+def module(name: str) -> Any:
+    """A module of the loaded plugin (``store``, ``semantic``, ``search``, ...)."""
+    import importlib
+
+    return importlib.import_module(f"{harness.PLUGIN_MODULE}.{name}")
+
+
+def configure(plugin: Any, embedding: dict[str, Any] | None) -> Any:
+    """What a user does after saying yes: settings in config.yaml and the plugin's consent.json.
+
+    ``embedding=None`` leaves semantic search off (keyword-only runs). Returns the parsed Settings.
+    """
+    from hermes_cli.config import load_config, save_config
+
+    config = load_config()
+    plugins = config.setdefault("plugins", {})
+    plugins[PLUGIN_KEY] = {"embedding": {"enabled": embedding is not None, **(embedding or {})}}
+    save_config(config)
+    settings = module("store").read_settings()
+    if settings.problems:
+        raise SystemExit("config rejected: " + "; ".join(settings.problems))
+    consent_path = module("store").consent_path()
+    if embedding is None:
+        consent_path.unlink(missing_ok=True)
+        return settings
+    record = module("config_schema").consent_record(
+        settings.embedding,
+        module("store").active_profile_name(),
+        ["*"],
+        datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+    module("store").write_consent(record)
+    return settings
