@@ -93,8 +93,8 @@ def ask(built: world.Built, questions: list[locomo.Question], mode: str, limit: 
 
     own = {conv: {s for s, (c, _) in built.sessions.items() if c == conv} for conv in built.fresh}
     by_key = {(c, n): s for s, (c, n) in built.sessions.items()}
-    score, latencies, statuses = metrics.Score(), [], {}
-    per_question = []
+    scores = {"all": metrics.Score(), "tune": metrics.Score(), "check": metrics.Score()}
+    latencies, statuses, per_question = [], {}, []
     for q in questions:
         started = time.perf_counter()
         raw = model_tools.handle_function_call(
@@ -109,9 +109,12 @@ def ask(built: world.Built, questions: list[locomo.Question], mode: str, limit: 
         status = result.get("semantic_status", "-")
         statuses[status] = statuses.get(status, 0) + 1
         ranked = [r["session_id"] for r in result["results"]]
-        score.add(ranked, {by_key[(q.conversation, n)] for n in q.gold}, own[q.conversation])
+        gold = {by_key[(q.conversation, n)] for n in q.gold}
+        split = "tune" if q.conversation in locomo.TUNE_SPLIT else "check"
+        for name in ("all", split):
+            scores[name].add(ranked, gold, own[q.conversation])
         per_question.append([q.conversation, q.index, [built.sessions.get(s, ("?", -1))[1] for s in ranked]])
-    return score, latencies, statuses, per_question
+    return scores, latencies, statuses, per_question
 
 
 def timing_cells(latencies: list[float]) -> tuple[str, str]:
@@ -135,9 +138,12 @@ def main(argv: list[str] | None = None) -> dict:
         index = build_index(plugin, built, settings) if semantic_wanted else None
 
         rows, extra, report = [], {"median ms": [], "p95 ms": [], "semantic_status": []}, {}
+        by_split: dict[str, dict[str, metrics.Score]] = {}
         for mode in modes:
-            score, latencies, statuses, per_question = ask(built, questions, mode, args.limit)
+            scores, latencies, statuses, per_question = ask(built, questions, mode, args.limit)
+            score = scores["all"]
             rows.append((mode, score))
+            by_split[mode] = scores
             median, p95 = timing_cells(latencies)
             extra["median ms"].append(median)
             extra["p95 ms"].append(p95)
@@ -169,6 +175,24 @@ def main(argv: list[str] | None = None) -> dict:
         )
     print()
     print(metrics.table(rows, extra))
+    if set(MODES) <= set(by_split):
+        split_rows, verdicts = [], {}
+        for split in ("all", "tune", "check"):
+            if not by_split["hybrid"][split].questions:
+                continue
+            rates = {m: by_split[m][split].row() for m in MODES}
+            verdicts[split] = metrics.dominates(rates["hybrid"], rates["keyword"], rates["semantic"])
+            if split != "all":
+                split_rows += [(f"{split} {m}", by_split[m][split]) for m in MODES]
+        if split_rows:
+            print()
+            print(metrics.table(split_rows))
+        print()
+        print(
+            "hybrid >= the better single mode on every metric: "
+            + ", ".join(f"{split} {'yes' if ok else 'NO'}" for split, ok in verdicts.items())
+        )
+        report["hybrid_dominates"] = verdicts
     result = {
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "index": index,
