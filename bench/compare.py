@@ -1,7 +1,7 @@
 """Which fusion settings hold up across models and index variants (reads tune.py's JSON files).
 
-    .venv/bin/python bench/compare.py bench/results/tune-*.json
-    .venv/bin/python bench/compare.py bench/results/tune-*.json --setting msg,1,3,20
+    .venv/bin/python bench/compare.py bench/results/grid/*.json
+    .venv/bin/python bench/compare.py bench/results/grid/*.json --setting session,5,2.5,50
 
 For every setting (strategy, rrf_k, keyword_weight, top_k) and every file (model x index), the
 margin is hybrid minus the better single mode on the worst of the six metrics; a setting is

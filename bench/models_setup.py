@@ -51,9 +51,10 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
         )
     parser.add_argument(
         "--fusion",
-        choices=("message", "session"),
-        default="message",
-        help="bench prototype: 'session' fuses the two paths' session rankings instead of messages",
+        choices=("plugin", "message", "session"),
+        default="plugin",
+        help="hybrid fusion: the plugin's own (default), the spec's message-level RRF, or session-level "
+        "RRF (bench/prototypes.py)",
     )
 
 
@@ -145,5 +146,4 @@ def install_prototypes(args: argparse.Namespace) -> None:
     import prototypes
     import world
 
-    if getattr(args, "fusion", "message") == "session":
-        prototypes.install_session_fusion(world.module("search"))
+    prototypes.install_fusion(world.module("search"), getattr(args, "fusion", "plugin"))

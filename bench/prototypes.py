@@ -1,7 +1,13 @@
-"""Structural variants tried without touching the plugin (monkeypatches, bench only).
+"""Fusion variants for comparison, built from the loaded plugin's own functions (bench only).
 
-``session`` fusion: the plugin fuses the keyword and semantic paths with RRF over *messages* and
-then keeps each session's best message; this variant fuses the two paths' *session* rankings.
+The plugin's ``search.fuse_rankings`` is what ``run_search`` calls for hybrid. Since commit
+4017861 it fuses the two paths' *session* rankings, and the spec's message-level RRF (§4.4) lives
+on as ``search.fuse_messages``. Older plugins had only the message-level ``fuse_rankings``; for
+them ``session`` below is the prototype that became the plugin's fusion.
+
+* ``message``: RRF over message ids, then each session's best message (spec §4.4).
+* ``session``: RRF over each path's session order (first appearance), each session shown with
+  its best message under message-level fusion.
 """
 
 from __future__ import annotations
@@ -9,31 +15,38 @@ from __future__ import annotations
 from typing import Any
 
 
-def install_session_fusion(search: Any) -> None:
-    """Make ``search.fuse_rankings`` fuse *session* rankings (see :func:`session_fusion`)."""
-    search.fuse_rankings = session_fusion(search.fuse_rankings)
+def message_fusion(search: Any) -> Any:
+    """The spec's message-level RRF of this plugin version."""
+    return getattr(search, "fuse_messages", None) or search.fuse_rankings
 
 
-def session_fusion(original: Any) -> Any:
-    """``fuse_rankings`` over *session* rankings (RRF over each path's session order).
-
-    Each path's messages are reduced to its sessions in order of first appearance; a session
-    scores ``w/(k + rank)`` summed over the two paths. The rows returned are each session's best
-    message under the plugin's own message-level fusion, in session-score order, so
-    ``best_per_session`` and the result shape downstream are unchanged.
-    """
+def session_fusion(search: Any) -> Any:
+    """Session-level RRF: the plugin's own when it has one, else the bench prototype."""
+    if hasattr(search, "fuse_messages"):
+        return search.fuse_rankings
+    by_messages = search.fuse_rankings
 
     def fuse_rankings(keyword, semantic, k, keyword_weight=1.0, semantic_weight=1.0):
-        by_message = original(keyword, semantic, k, keyword_weight, semantic_weight)
         scores: dict[str, float] = {}
         for rows, weight in ((keyword, keyword_weight), (semantic, semantic_weight)):
             order = list(dict.fromkeys(row["session_id"] for row in rows))
             for rank, session_id in enumerate(order, start=1):
                 scores[session_id] = scores.get(session_id, 0.0) + weight / (k + rank)
         best: dict[str, dict] = {}
-        for row in by_message:
+        for row in by_messages(keyword, semantic, k, keyword_weight, semantic_weight):
             best.setdefault(row["session_id"], row)
-        ordered = sorted(best.values(), key=lambda row: -scores[row["session_id"]])
+        ordered = sorted(best.values(), key=lambda row: (-scores[row["session_id"]], row["message_id"]))
         return [{**row, "score": scores[row["session_id"]]} for row in ordered]
 
     return fuse_rankings
+
+
+FUSIONS = {"message": message_fusion, "session": session_fusion}
+
+
+def install_fusion(search: Any, name: str) -> Any:
+    """Make ``run_search`` use fusion ``name`` ("plugin": leave it); returns the previous function."""
+    previous = search.fuse_rankings
+    if name != "plugin":
+        search.fuse_rankings = FUSIONS[name](search)
+    return previous

@@ -6,14 +6,14 @@
 Fusion settings do not change what the keyword path or the index return, so each question's
 keyword messages, query vector and in-scope vector matrix are computed once, through the loaded
 plugin's own functions (``search.keyword_messages``, ``semantic.scope_matrix``,
-``semantic.top_messages``, ``search.fuse_rankings``, ``search.best_per_session``), and every
+``semantic.top_messages``, ``search.fuse_*``, ``search.best_per_session``), and every
 setting is a cheap recombination of them. ``--verify`` replays one setting through the tool
 dispatcher and checks the rankings are identical, so the sweep stands for the real path.
 
 Settings are chosen on the tune split (conv-26/30/41) and reported on the held-out check split
-(conv-42/43) and on all questions. Besides the plugin's message-level RRF (``msg``), the sweep
-scores a bench-only structural variant, ``session``: RRF over each path's *session* ranking
-(``prototypes.session_fusion``, what ``quality.py --fusion session`` runs end to end).
+(conv-42/43) and on all questions. Two fusions are scored (``bench/prototypes.py``): ``message``,
+the spec's RRF over message ids, and ``session``, RRF over each path's session order (the
+plugin's ``fuse_rankings`` since it adopted it); ``quality.py --fusion`` runs either end to end.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rrf-ks", default="0,1,2,5,10,20,60")
     parser.add_argument("--keyword-weights", default="1,1.5,2,3,4")
     parser.add_argument("--top-ks", default="10,20,50,100,200")
-    parser.add_argument("--strategies", default="msg,session")
+    parser.add_argument("--strategies", default="message,session", help="fusions (bench/prototypes.py)")
     parser.add_argument("--show", type=int, default=15, help="rows of the ranked table")
     parser.add_argument("--verify", action="store_true", help="replay the chosen setting end to end")
     parser.add_argument("--json", type=Path)
@@ -113,7 +113,7 @@ def sessions_of(rows: list[dict]) -> list[str]:
 
 def rankers(inputs: Inputs, strategy: str, k: int, wk: float, ws: float, top_k: int):
     search = inputs.search
-    session_fuse = prototypes.session_fusion(search.fuse_rankings)
+    fuse = prototypes.FUSIONS[strategy](search)
 
     def keyword(i: int) -> list[str]:
         return sessions_of(inputs.keyword[i])[:LIMIT]
@@ -125,7 +125,6 @@ def rankers(inputs: Inputs, strategy: str, k: int, wk: float, ws: float, top_k: 
         kw, sem = inputs.keyword[i], inputs.semantic[i][top_k]
         if not sem:
             return keyword(i)
-        fuse = search.fuse_rankings if strategy == "msg" else session_fuse  # msg: the plugin's
         fused = fuse(kw, sem, k, wk, ws)
         return [r["session_id"] for r in search.best_per_session(fused, LIMIT)]
 
@@ -138,8 +137,8 @@ def label(strategy: str, k: int, wk: float, ws: float, top_k: int) -> str:
 
 def sweep(inputs: Inputs, strategies, ks, wks, top_ks) -> list[dict]:
     results = []
-    keyword_ranked = inputs.rank_all(rankers(inputs, "msg", 0, 1.0, 1.0, top_ks[0])[0])
-    semantic_ranked = {t: inputs.rank_all(rankers(inputs, "msg", 0, 1.0, 1.0, t)[1]) for t in top_ks}
+    keyword_ranked = inputs.rank_all(rankers(inputs, "message", 0, 1.0, 1.0, top_ks[0])[0])
+    semantic_ranked = {t: inputs.rank_all(rankers(inputs, "message", 0, 1.0, 1.0, t)[1]) for t in top_ks}
     for strategy, k, wk, top_k in itertools.product(strategies, ks, wks, top_ks):
         hybrid = inputs.rank_all(rankers(inputs, strategy, k, wk, 1.0, top_k)[2])
         lists = (keyword_ranked, semantic_ranked[top_k], hybrid)
@@ -187,9 +186,7 @@ def verify(plugin: Any, built: world.Built, inputs: Inputs, embedding: dict, ent
     fusion = {name: entry[name] for name in ("rrf_k", "keyword_weight", "semantic_weight", "top_k")}
     world.configure(plugin, {**embedding, **fusion})
     search = world.module("search")
-    original = search.fuse_rankings
-    if entry["strategy"] == "session":
-        prototypes.install_session_fusion(search)
+    original = prototypes.install_fusion(search, entry["strategy"])
     try:
         *_, asked = quality.ask(built, inputs.questions, "hybrid", LIMIT)
     finally:
