@@ -13,15 +13,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+
+from .handlers import MODES
 
 DESCRIPTION = (
     "Search this project's past conversations and manage semantic search: "
     "status, enable (records your consent), disable, index, search."
 )
+
+
+logger = logging.getLogger(__name__)
 
 
 class CommandError(Exception):
@@ -54,7 +62,7 @@ def setup_parser(parser: argparse.ArgumentParser) -> None:
 
     search = sub.add_parser("search", help="search a project's conversations")
     search.add_argument("query")
-    search.add_argument("--mode", choices=("hybrid", "keyword", "semantic"), default="hybrid")
+    search.add_argument("--mode", choices=MODES, default="hybrid")
     search.add_argument("--limit", type=int, default=3, help="sessions to show, 1 to 10 (default 3)")
     where = search.add_mutually_exclusive_group()
     where.add_argument("--cwd", metavar="DIR", help="search as a conversation in DIR (default: here)")
@@ -75,6 +83,10 @@ def run(args: argparse.Namespace) -> int:
         code = 2
     except KeyboardInterrupt:
         code = 130
+    except Exception as error:  # one line for the user; the traceback goes to the log once
+        logger.warning("hermes project-history %s failed", args.project_history_command, exc_info=True)
+        print(f"hermes project-history: {_describe(error)}", file=sys.stderr)
+        code = 1
     if code:
         raise SystemExit(code)
     return 0
@@ -83,15 +95,32 @@ def run(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- helpers
 
 
-def _settings():
-    from . import store
+def _describe(error: BaseException) -> str:
+    from .hermes_env import HermesEnv
+    from .semantic import describe_failure
 
-    return store.read_settings()
+    return describe_failure(error, HermesEnv.current())
 
 
-def _identity_for(token: str) -> dict[str, Any]:
+@contextmanager
+def _opened() -> Iterator[tuple[Any, Any, Any]]:
+    """(env, HermesDB, ProjectMap) for one command, or a one-line error when there are no sessions."""
+    from .hermes_db import HermesDB, NoSessionDatabase
+    from .hermes_env import HermesEnv
+    from .scope import ProjectMap
+
+    env = HermesEnv.current()
+    try:
+        db = HermesDB.open(env)
+    except NoSessionDatabase:
+        raise CommandError(f"no session database in {env.home} yet: chat with Hermes first") from None
+    with db:
+        yield env, db, ProjectMap(db)
+
+
+def _identity_for(token: str, db: Any, projects: Any) -> dict[str, Any]:
     """A project named on the command line: id/slug, ``repo:<path>``, or a folder inside one."""
-    from . import attribution, store
+    from . import attribution
 
     token = token.strip()
     if not token:
@@ -101,19 +130,16 @@ def _identity_for(token: str) -> dict[str, Any]:
         if not key:
             raise CommandError(f"not a repository path: {token!r}")
         return {"kind": "auto", "key": key}
-    project = store.read_project(token)
+    project = db.project(token)
     if project is not None:
         return {"kind": "explicit", "id": project["id"], "name": project["name"]}
     if os.path.isdir(token):
-        return _identity_of_folder(os.path.abspath(token))
+        return _identity_of_folder(os.path.abspath(token), projects)
     raise CommandError(f"project not found: {token} (use a project id or slug, repo:<path>, or a folder)")
 
 
-def _identity_of_folder(folder: str) -> dict[str, Any]:
-    from . import attribution, store
-
-    row = store.fill_repo_roots([{"id": "", "cwd": folder, "git_repo_root": None}])[0]
-    identity = attribution.resolve_project(row, store.read_projects(), junk_roots=store.junk_roots())
+def _identity_of_folder(folder: str, projects: Any) -> dict[str, Any]:
+    identity = projects.identity_of_folder(folder)
     if identity["kind"] == "home":
         raise CommandError(
             f"{folder} is in no project or git repository; pass --project ID or --all-projects"
@@ -137,22 +163,29 @@ def _save_plugin_settings(values: dict[str, Any]) -> None:
     save_config({"plugins": {PLUGIN_KEY: {"embedding": values}}}, merge_existing=True)
 
 
-def _profile() -> str:
-    from . import store
+def _embedder(env: Any) -> Any:
+    """The configured provider, its runtime checked first; raises what ``_describe`` explains."""
+    from .embedders import make_embedder
+    from .semantic import require_runtime
 
-    return store.active_profile_name()
+    require_runtime(env.settings.embedding.provider)
+    return make_embedder(env.settings.embedding, env.api_key())
 
 
 # --------------------------------------------------------------------------- status
 
 
 def _status(args: argparse.Namespace) -> int:
-    from . import search, store
-    from .config_schema import endpoint_of, semantic_gate
+    from . import semantic
+    from .config_schema import API_KEY_ENV, endpoint_of
+    from .consent import read_consent, semantic_gate
+    from .hermes_db import HermesDB, NoSessionDatabase
+    from .hermes_env import HermesEnv
 
-    settings = _settings()
+    env = HermesEnv.current()
+    settings = env.settings
     embedding = settings.embedding
-    consent = store.read_consent()
+    consent = read_consent(env)
     print("Semantic search settings (plugins.project-history-recall.embedding):")
     print(f"  enabled: {str(embedding.enabled).lower()}")
     print(f"  provider: {embedding.provider}   model: {embedding.model}")
@@ -162,8 +195,7 @@ def _status(args: argparse.Namespace) -> int:
         f"top_k: {embedding.top_k}  rrf_k: {embedding.rrf_k}  "
         f"weights: keyword {embedding.keyword_weight} / semantic {embedding.semantic_weight}"
     )
-    key_set = bool(store.read_api_key())
-    print(f"  API key ({'PROJECT_HISTORY_EMBEDDING_API_KEY'}): {'set' if key_set else 'not set'}")
+    print(f"  API key ({API_KEY_ENV}): {'set' if env.api_key() else 'not set'}")
     for problem in settings.problems:
         print(f"  ! {problem}")
     if consent:
@@ -176,62 +208,71 @@ def _status(args: argparse.Namespace) -> int:
     else:
         print("Consent: none recorded (semantic search sends nothing until `enable`)")
 
-    if not store.state_db_path().exists():
+    try:
+        db = HermesDB.open(env)
+    except NoSessionDatabase:
         print("No session database yet.")
         return 0
-    groups = search.project_overview()
-    fingerprint = _fingerprint_or_none(settings)
-    print("Projects:")
-    if not groups:
-        print("  (no conversations belong to a project yet)")
-    for group in groups:
-        gate = semantic_gate(embedding, consent, group["identity"], _profile())
-        indexed = "n/a"
-        if fingerprint:
-            indexed = str(search.indexed_messages(fingerprint, group["session_ids"]))
-        print(
-            f"  {_label(group['identity'])}: {len(group['session_ids'])} sessions, "
-            f"{group['messages']} messages, {indexed} indexed; semantic: {gate}"
-        )
+    from .scope import ProjectMap
+
+    failure = None
+    with db:
+        groups = ProjectMap(db).groups()
+        indexed: list[Any] = ["n/a"] * len(groups)
+        if embedding.enabled:
+            try:
+                fingerprint = _embedder(env).fingerprint
+                indexed = semantic.index_report(env, db, fingerprint, groups)
+            except Exception as error:
+                logger.warning("semantic index status unavailable", exc_info=True)
+                failure = semantic.describe_failure(error, env)
+        print("Projects:")
+        if not groups:
+            print("  (no conversations belong to a project yet)")
+        for group, count in zip(groups, indexed, strict=True):
+            gate = semantic_gate(embedding, consent, group["identity"], env.profile)
+            messages = len(db.live_message_ids(group["session_ids"]))
+            print(
+                f"  {_label(group['identity'])}: {len(group['session_ids'])} sessions, "
+                f"{messages} messages, {count} indexed; semantic: {gate}"
+            )
+    if failure:
+        raise CommandError(f"semantic search unavailable: {failure}")
     return 0
-
-
-def _fingerprint_or_none(settings: Any) -> str | None:
-    from . import store
-    from .embedders import EmbeddingUnavailable, make_embedder
-
-    try:
-        return make_embedder(settings.embedding, store.read_api_key()).fingerprint
-    except EmbeddingUnavailable as error:
-        print(f"  ! embedding provider unavailable: {error}")
-        return None
 
 
 # --------------------------------------------------------------------------- enable / disable
 
 
 def _enable(args: argparse.Namespace) -> int:
-    from . import store
-    from .config_schema import ALL_PROJECTS, consent_record, endpoint_of, project_ref
+    from .consent import (
+        ALL_PROJECTS,
+        WHAT_IS_SENT,
+        consent_record,
+        destination,
+        project_ref,
+        read_consent,
+        same_target,
+        write_consent,
+    )
 
     if args.all_projects and args.project:
         raise CommandError("use either --project or --all-projects, not both")
-    if args.all_projects:
-        refs, labels = [ALL_PROJECTS], ["every project of this profile"]
-    else:
-        identities = [_identity_for(t) for t in args.project] or [_identity_of_folder(os.getcwd())]
-        refs, labels = [project_ref(i) for i in identities], [_label(i) for i in identities]
+    with _opened() as (env, db, projects):
+        if args.all_projects:
+            refs, labels = [ALL_PROJECTS], ["every project of this profile"]
+        else:
+            identities = [_identity_for(t, db, projects) for t in args.project] or [
+                _identity_of_folder(os.getcwd(), projects)
+            ]
+            refs, labels = [project_ref(i) for i in identities], [_label(i) for i in identities]
 
-    embedding = _settings().embedding
-    endpoint = endpoint_of(embedding)
-    where = (
-        "this machine (in-process model; nothing leaves it)" if embedding.provider == "local" else endpoint
-    )
-    print("Semantic search will send the text of user and assistant messages")
+    embedding = env.settings.embedding
+    print(f"Semantic search will send {WHAT_IS_SENT}")
     print(f"  of: {'; '.join(labels)}")
     print("  what: past conversations now, and new messages as they are searched (history+incremental)")
-    print(f"  to: {embedding.provider} model '{embedding.model}' at {where}")
-    print(f"  stored: vectors only, in {store.embeddings_db_path()}")
+    print(f"  to: {embedding.provider} model '{embedding.model}' at {destination(embedding)}")
+    print(f"  stored: vectors only, in {env.index_path}")
     if not args.yes:
         if not sys.stdin or not sys.stdin.isatty():
             raise CommandError("confirmation needed: run again with --yes once the user has agreed")
@@ -239,31 +280,30 @@ def _enable(args: argparse.Namespace) -> int:
             print("Nothing changed.")
             return 1
 
-    consent = store.read_consent()
-    same_target = bool(consent) and (
-        (consent.get("provider"), consent.get("endpoint"), consent.get("model"), consent.get("profile"))
-        == (embedding.provider, endpoint, embedding.model, _profile())
-    )
-    if same_target and not consent.get("disabled_at"):
+    consent = read_consent(env)
+    if same_target(consent, embedding, env.profile) and not consent.get("disabled_at"):
         refs = [*consent.get("projects", []), *refs]
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    store.write_consent(consent_record(embedding, _profile(), refs, stamp))
+    write_consent(env, consent_record(embedding, env.profile, refs, stamp))
     _save_plugin_settings({"enabled": True})
-    print(f"Enabled. Consent recorded in {store.consent_path()}")
+    print(f"Enabled. Consent recorded in {env.consent_path}")
     return 0
 
 
 def _disable(args: argparse.Namespace) -> int:
-    from . import store
+    from .consent import read_consent, write_consent
+    from .hermes_env import HermesEnv
+    from .index_db import purge
 
+    env = HermesEnv.current()
     _save_plugin_settings({"enabled": False})
-    consent = store.read_consent()
+    consent = read_consent(env)
     if consent:
         consent["disabled_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        store.write_consent(consent)
+        write_consent(env, consent)
     print("Semantic search is off; nothing is sent to any embedding provider.")
     if args.purge:
-        removed = store.purge_embeddings()
+        removed = purge(env.index_path)
         print("Stored vectors deleted." if removed else "No stored vectors to delete.")
     return 0
 
@@ -272,34 +312,35 @@ def _disable(args: argparse.Namespace) -> int:
 
 
 def _index(args: argparse.Namespace) -> int:
-    from . import search, semantic, store
-    from .config_schema import semantic_gate
-    from .embedders import EmbeddingUnavailable, make_embedder
+    from .consent import read_consent, semantic_gate
+    from .embedders import EmbeddingUnavailable
+    from .indexer import index_scope
 
-    if not store.state_db_path().exists():
-        raise CommandError("session database not found")
-    settings = _settings()
-    consent = store.read_consent()
-    groups = search.project_overview()
-    if args.all_projects:
-        chosen = groups
-    else:
-        identity = _identity_for(args.project) if args.project else _identity_of_folder(os.getcwd())
-        chosen = [g for g in groups if g["identity"] == identity] or [
-            {"identity": identity, "session_ids": [], "messages": 0}
-        ]
+    with _opened() as (env, db, projects):
+        groups = projects.groups()
+        if args.all_projects:
+            chosen = groups
+        else:
+            identity = (
+                _identity_for(args.project, db, projects)
+                if args.project
+                else _identity_of_folder(os.getcwd(), projects)
+            )
+            chosen = [g for g in groups if g["identity"] == identity] or [
+                {"identity": identity, "session_ids": []}
+            ]
+    consent = read_consent(env)
     refused = [
-        g for g in chosen if semantic_gate(settings.embedding, consent, g["identity"], _profile()) != "ok"
+        g
+        for g in chosen
+        if semantic_gate(env.settings.embedding, consent, g["identity"], env.profile) != "ok"
     ]
     if refused:
         names = ", ".join(_label(g["identity"]) for g in refused)
         raise CommandError(
             f"semantic search is not enabled for {names}; run `hermes project-history enable` first"
         )
-    try:
-        embedder = make_embedder(settings.embedding, store.read_api_key())
-    except EmbeddingUnavailable as error:
-        raise CommandError(f"embedding provider unavailable: {error}") from None
+    embedder = _embedder(env)
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -318,8 +359,8 @@ def _index(args: argparse.Namespace) -> int:
                 progress.update(task, completed=done, total=total)
 
             try:
-                written, complete = semantic.build_index(
-                    group["session_ids"], settings, embedder, progress=report
+                written, complete = index_scope(
+                    env, group["identity"], group["session_ids"], embedder, progress=report
                 )
             except EmbeddingUnavailable as error:
                 raise CommandError(f"embedding provider unavailable: {error}") from None
@@ -354,6 +395,12 @@ def _search(args: argparse.Namespace) -> int:
     if not result.get("success"):
         raise CommandError(result.get("error", "search failed"))
     print(_readable(result))
+    if result.get("semantic_error"):
+        print(
+            f"hermes project-history: semantic search unavailable: {result['semantic_error']}",
+            file=sys.stderr,
+        )
+        return 1 if args.mode != "keyword" else 0
     return 0
 
 

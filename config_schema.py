@@ -8,7 +8,7 @@ frozen :class:`Settings` comes out, with a message for every value that was reje
 value never stops the plugin: it keeps the default and says so (``hermes project-history status``
 prints the messages, searches log them).
 
-No I/O happens here: ``store.read_settings`` reads the YAML and passes the two sections in.
+No I/O happens here: :attr:`hermes_env.HermesEnv.settings` reads the YAML and passes the two sections in.
 """
 
 from __future__ import annotations
@@ -167,55 +167,3 @@ def endpoint_of(embedding: EmbeddingSettings) -> str:
     if embedding.provider == "voyage":
         return "https://api.voyageai.com/v1"
     return "https://api.openai.com/v1"
-
-
-# --------------------------------------------------------------------------- consent (spec §五)
-
-ALL_PROJECTS = "*"
-CONSENT_SCOPE = "history+incremental"
-
-
-def project_ref(identity: Mapping[str, Any]) -> str:
-    """How consent.json names a project: its id, or ``repo:<path key>`` for an automatic repo."""
-    if identity.get("kind") == "explicit":
-        return str(identity.get("id"))
-    if identity.get("kind") == "auto":
-        return f"repo:{identity.get('key')}"
-    return ""
-
-
-def consent_record(
-    embedding: EmbeddingSettings, profile: str, projects: list[str], confirmed_at: str
-) -> dict[str, Any]:
-    """What the user agreed to: this provider, endpoint and model, for these projects."""
-    return {
-        "profile": profile,
-        "projects": sorted(set(projects)),
-        "provider": embedding.provider,
-        "endpoint": endpoint_of(embedding),
-        "model": embedding.model,
-        "confirmed_at": confirmed_at,
-        "scope": CONSENT_SCOPE,
-    }
-
-
-def semantic_gate(
-    embedding: EmbeddingSettings, consent: Mapping[str, Any] | None, identity: Mapping[str, Any], profile: str
-) -> str:
-    """``ok``, ``disabled`` or ``consent_required``: may this project's history be embedded now?
-
-    Off after the user had agreed (or after ``disable``) is ``disabled``; off on a fresh install,
-    or on with a consent that does not name this provider, endpoint, model, profile and project,
-    is ``consent_required``. Nothing is sent unless this says ``ok``.
-    """
-    if not embedding.enabled:
-        return "disabled" if consent else "consent_required"
-    if not consent or consent.get("disabled_at"):
-        return "consent_required"
-    agreed = (consent.get("provider"), consent.get("endpoint"), consent.get("model"), consent.get("profile"))
-    if agreed != (embedding.provider, endpoint_of(embedding), embedding.model, profile):
-        return "consent_required"
-    projects = consent.get("projects") or []
-    if ALL_PROJECTS not in projects and project_ref(identity) not in projects:
-        return "consent_required"
-    return "ok"

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
 from .config_schema import API_KEY_ENV, PROVIDERS, EmbeddingSettings, endpoint_of
+from .hermes_env import install_command
 
 if TYPE_CHECKING:
     import numpy
@@ -81,7 +82,6 @@ FINGERPRINT_VERSION = 1
 
 #: Hosted endpoints where a missing key can only mean a 401 on every call.
 _HOSTED_NEEDING_KEY = ("https://api.openai.com/v1", "https://api.voyageai.com/v1")
-_LOCAL_RUNTIME_HINT = "pip install onnxruntime tokenizers"
 
 
 class EmbeddingUnavailable(Exception):
@@ -457,7 +457,7 @@ def _load_local(model_path: str) -> _LocalModel:
         except ImportError as exc:
             raise EmbeddingUnavailable(
                 f"the local embedding provider needs onnxruntime and tokenizers ({exc}); "
-                f"install them: {_LOCAL_RUNTIME_HINT}"
+                f"install them: {install_command('onnxruntime', 'tokenizers')}"
             ) from None
 
         max_length = _max_length(folder)

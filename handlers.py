@@ -15,6 +15,7 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 TOOLSET = "project_history"
+MODES = ("hybrid", "keyword", "semantic")
 
 SEARCH_SCHEMA = {
     "name": "project_history_search",
@@ -35,7 +36,7 @@ SEARCH_SCHEMA = {
             },
             "mode": {
                 "type": "string",
-                "enum": ["hybrid", "keyword", "semantic"],
+                "enum": list(MODES),
                 "default": "hybrid",
                 "description": (
                     "'hybrid' (default): keyword + semantic combined. "
@@ -113,9 +114,9 @@ def agent_cwd() -> str:
 
 def check_available() -> bool:
     """Spec §六: visible when Hermes's home exists. Resolved at call time, never at import."""
-    from . import store
+    from .hermes_env import hermes_home
 
-    return store.hermes_home().exists()
+    return hermes_home().exists()
 
 
 def _parse_limit(raw: Any) -> int | None:
@@ -137,8 +138,8 @@ def project_history_search(args: dict[str, Any], **kwargs: Any) -> str:
     if not isinstance(query, str) or not query.strip():
         return _error("query is required: a non-empty string of keywords, a phrase or a question")
     mode = args.get("mode") or "hybrid"
-    if mode not in ("hybrid", "keyword", "semantic"):
-        return _error(f"mode must be one of 'hybrid', 'keyword', 'semantic' (got {str(mode)[:40]!r})")
+    if mode not in MODES:
+        return _error(f"mode must be one of {', '.join(map(repr, MODES))} (got {str(mode)[:40]!r})")
     limit = _parse_limit(args.get("limit"))
     if limit is None:
         return _error(f"limit must be an integer from 1 to 10 (got {str(args.get('limit'))[:40]!r})")
@@ -176,39 +177,45 @@ def project_session_move(args: dict[str, Any], **kwargs: Any) -> str:
 
 def move_session(session_id: str, project_id: str, task_id: str | None) -> dict[str, Any]:
     """Spec §3.3: a move is a new cwd; the project follows because it is a function of the cwd."""
-    from . import attribution, store
+    from .git_roots import PROBE, git_branch
+    from .hermes_db import HermesDB, NoSessionDatabase, reanchor_live_session, update_session_cwd
+    from .hermes_env import HermesEnv
+    from .scope import ProjectMap
 
-    if not store.state_db_path().exists():
+    env = HermesEnv.current()
+    try:
+        db = HermesDB.open(env)
+    except NoSessionDatabase:
         return {"success": False, "error": "session database not found", "code": "no_db"}
-    with store.reading(store.state_db_path()) as conn:
-        if store.read_session(conn, store.detect_schema(conn), session_id) is None:
+    with db:
+        if db.session(session_id) is None:
             return {"success": False, "error": f"session not found: {session_id}"}
+        project = None
+        if project_id:
+            project = db.project(project_id)
+            if project is None:
+                return {"success": False, "error": f"project not found: {project_id}"}
+            target, name = primary_folder(project), project.get("name") or project_id
+            if not target or not os.path.isdir(target):
+                return {"success": False, "error": f"project folder not found: {target or '(none)'}"}
+        else:
+            target, name = env.home_folder(), "Home"
 
-    if project_id:
-        project = store.read_project(project_id)
-        if project is None:
-            return {"success": False, "error": f"project not found: {project_id}"}
-        target, name = store.primary_folder(project), project.get("name") or project_id
-        if not target or not os.path.isdir(target):
-            return {"success": False, "error": f"project folder not found: {target or '(none)'}"}
-    else:
-        target, name = store.home_folder(), "Home"
-
-    repo_root = store.common_repo_root(target)
-    branch = store.git_branch(target) if repo_root else ""
-    store.update_session_cwd(session_id, target, branch, repo_root)
-    with store.reading(store.state_db_path()) as conn:
-        moved = store.read_session(conn, store.detect_schema(conn), session_id) or {}
-    if moved.get("cwd") != target:
-        return {
-            "success": False,
-            "error": f"Hermes did not record the new working directory for {session_id}",
-        }
-
-    # Read back the way a search reads it: a root Hermes 0.19 could not clear is probed again.
-    (row,) = store.fill_repo_roots([moved])
-    identity = attribution.resolve_project(row, store.read_projects(), junk_roots=store.junk_roots())
-    live = store.reanchor_live_session(task_id, target, name)
+        repo_root = PROBE.common_repo_root(target)
+        branch = git_branch(target) if repo_root else ""
+        update_session_cwd(env, session_id, target, branch, repo_root)
+        # Read back through the same read-only connection, the way a search reads it: a root
+        # Hermes 0.19 could not clear is probed again.
+        moved = db.session(session_id) or {}
+        if moved.get("cwd") != target:
+            return {
+                "success": False,
+                "error": f"Hermes did not record the new working directory for {session_id}",
+            }
+        projects = ProjectMap(db)
+        (row,) = projects.filled([moved])
+        identity = projects.identity(row)
+    live = reanchor_live_session(task_id, target, name)
     result: dict[str, Any] = {
         "success": True,
         "project": identity,
@@ -223,9 +230,20 @@ def move_session(session_id: str, project_id: str, task_id: str | None) -> dict[
             ". The running session keeps its process working directory until it is resumed; "
             "history searches use the new project now."
         )
-    if project_id and identity.get("id") not in (project_id, (project or {}).get("id")):
+    if project is not None and identity.get("id") != project.get("id"):
         result["warning"] = (
             f"{target} is also claimed by another project, so this conversation is attributed to "
             f"{identity.get('name') or identity.get('kind')}"
         )
     return result
+
+
+def primary_folder(project: dict[str, Any]) -> str:
+    """Primary folder as Hermes picks it: primary_path, else the primary folder, else the first."""
+    if project.get("primary_path"):
+        return project["primary_path"]
+    folders = project.get("folders") or []
+    for folder in folders:
+        if folder.get("is_primary"):
+            return folder["path"]
+    return folders[0]["path"] if folders else ""

@@ -1,9 +1,10 @@
-"""Project-scoped retrieval: scope, keyword search, semantic search and their fusion.
+"""Project-scoped retrieval: query plan, keyword path, fusion, result shape, and :func:`run_search`.
 
-Everything here composes :mod:`attribution` (who is in the project) and :mod:`store` (what the
-databases say). Scope is decided once, in Python, by :func:`attribution.sessions_in_project`;
-both the keyword and the semantic path receive the same list of session ids, so they cannot
-disagree about what "this project" means.
+A search opens each database once: :class:`HermesDB` (state.db, projects.db) here, the
+``IndexStore`` (embeddings.db) behind :func:`semantic.search`. Scope is decided once, by
+:class:`scope.ProjectMap`; the keyword and the semantic path receive the same list of session
+ids, so they cannot disagree about what "this project" means. The semantic side is entered
+through one boundary that cannot fail: whatever happens there, the keyword results stand.
 """
 
 from __future__ import annotations
@@ -13,11 +14,16 @@ import re
 import sqlite3
 import unicodedata
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from . import attribution, store
+from . import semantic
+from .consent import consent_request
+from .hermes_db import HermesDB, NoSessionDatabase, message_text
+from .hermes_env import HermesEnv
+from .indexer import CJK_CHARS
+from .scope import ProjectMap, Scope
 
 logger = logging.getLogger(__name__)
 
@@ -25,13 +31,12 @@ MAX_QUERY_CHARS = 2048
 MAX_TERMS = 32
 SCAN_LIMIT = 300  # message rows read per query step before reducing to sessions
 SNIPPET_CHARS = 240
-MODES = ("hybrid", "keyword", "semantic")
 
 NO_PROJECT_CONTEXT = "No project context (no working directory recorded)"
 NO_PROJECT_FOR_CWD = "No project context (the working directory is in no project or git repository)"
 NO_OTHER_SESSIONS = "No other sessions in this project"
 
-_CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ebef]")
+_CJK = re.compile(f"[{CJK_CHARS}]")
 _WORD_CHAR = re.compile(r"\w")
 _OPERATORS = ("AND", "OR", "NOT")
 # Words that carry no topic; dropped only when a natural-language query is relaxed to OR,
@@ -94,7 +99,7 @@ class QueryPlan:
         return [t.text for t in self.terms]
 
     def like_expression(self) -> list[tuple[str, str]]:
-        """The query for :func:`store.like_messages` when it carries the user's operators."""
+        """The query for :meth:`HermesDB.like_messages` when it carries the user's operators."""
         return [("term", i.text) if isinstance(i, Term) else ("op", i) for i in self.items]
 
 
@@ -156,54 +161,6 @@ def plan_query(query: str) -> QueryPlan:
     return QueryPlan(items=tuple(cleaned), terms=tuple(i for i in cleaned if isinstance(i, Term)))
 
 
-# --------------------------------------------------------------------------- scope
-
-
-@dataclass
-class Scope:
-    """The current conversation's project and the other conversations in it."""
-
-    identity: dict[str, Any]
-    current: dict[str, Any]
-    session_ids: list[str]  # the other sessions of the project: what may be returned
-    sessions: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    @property
-    def sessions_in_scope(self) -> int:
-        """Sessions of the project, the current one included (spec §七: 1 when alone)."""
-        return len(self.session_ids) + 1
-
-    @property
-    def is_home(self) -> bool:
-        return self.identity.get("kind") == "home"
-
-
-def resolve_scope(
-    conn: sqlite3.Connection,
-    schema: store.StateSchema,
-    session_id: str,
-    fallback_cwd: str = "",
-    projects: Sequence[dict[str, Any]] | None = None,
-) -> Scope:
-    current = store.read_session(conn, schema, session_id) if session_id else None
-    if current is None:
-        current = {"id": session_id or "", "cwd": fallback_cwd or None, "git_repo_root": None}
-    visible = store.read_visible_sessions(conn, schema)
-    current, *visible = store.fill_repo_roots([current, *visible])
-    index = attribution.FolderIndex(store.read_projects() if projects is None else projects)
-    junk = store.junk_roots()
-    identity = attribution.resolve_project(current, index, junk_roots=junk)
-    if identity["kind"] == "home":
-        return Scope(identity=identity, current=current, session_ids=[])
-    excluded = {current["id"], *store.compression_ancestors(conn, current["id"])}
-    members = attribution.sessions_in_project(identity, visible, index, junk_roots=junk)
-    by_id = {row["id"]: row for row in visible}
-    others = [sid for sid in members if sid not in excluded]
-    return Scope(
-        identity=identity, current=current, session_ids=others, sessions={s: by_id[s] for s in others}
-    )
-
-
 # --------------------------------------------------------------------------- keyword path
 
 
@@ -219,8 +176,7 @@ def _session_count(rows: Iterable[dict[str, Any]]) -> int:
 
 
 def keyword_messages(
-    conn: sqlite3.Connection,
-    schema: store.StateSchema,
+    db: HermesDB,
     plan: QueryPlan,
     session_ids: Sequence[str],
     want_sessions: int,
@@ -243,13 +199,11 @@ def keyword_messages(
 
     def like(require_all: bool) -> list[dict[str, Any]]:
         terms = plan.needles() if require_all or expression else [t.text for t in plan.topical()]
-        return store.like_messages(
-            conn, schema, terms, session_ids, require_all, SCAN_LIMIT, expression=expression
-        )
+        return db.like_messages(terms, session_ids, require_all, SCAN_LIMIT, expression=expression)
 
     def fts(table: str, match: str, require_all: bool = True) -> list[dict[str, Any]]:
         try:
-            return store.fts_messages(conn, schema, table, match, session_ids, SCAN_LIMIT)
+            return db.fts_messages(table, match, session_ids, SCAN_LIMIT)
         except sqlite3.OperationalError as error:
             logger.debug("FTS query %r failed (%s); using LIKE", match, error)
             return like(require_all)
@@ -257,6 +211,7 @@ def keyword_messages(
     def enough() -> bool:
         return _session_count(ranked) >= want_sessions
 
+    schema = db.schema
     if plan.has_cjk or not schema.fts_columns:
         if schema.has_trigram and long_terms:
             _add_new(ranked, seen, fts("messages_fts_trigram", plan.match_all()))
@@ -366,7 +321,7 @@ def best_per_session(rows: Iterable[dict[str, Any]], limit: int) -> list[dict[st
 
 def make_snippet(content: Any, needles: Sequence[str], width: int = SNIPPET_CHARS) -> str:
     """The part of the message around the first matching term, whitespace folded, bounded."""
-    text = " ".join(store.message_text(content).split())
+    text = " ".join(message_text(content).split())
     if len(text) <= width:
         return text
     folded = text.casefold()
@@ -419,36 +374,15 @@ def shape_results(
 # --------------------------------------------------------------------------- the whole search
 
 
-def _semantic(
-    conn: sqlite3.Connection,
-    schema: store.StateSchema,
-    scope: Scope,
-    query: str,
-    settings: Any,
-    run: bool,
-) -> tuple[list[dict[str, Any]], str]:
-    """Semantic rows and ``semantic_status``. ``run=False`` reports the state without any work."""
-    from .config_schema import semantic_gate
-
-    gate = semantic_gate(
-        settings.embedding, store.read_consent(), scope.identity, store.active_profile_name()
-    )
-    if gate != "ok":
-        return [], gate
-    from . import semantic
-
-    return semantic.search(conn, schema, scope, query, settings, run=run)
-
-
 def run_search(query: str, mode: str, limit: int, session_id: str, fallback_cwd: str = "") -> dict[str, Any]:
     """The tool's answer as a dict (spec §4.5, failure rows of spec §七)."""
-    db_path = store.state_db_path()
-    if not db_path.exists():
+    env = HermesEnv.current()
+    try:
+        db = HermesDB.open(env)
+    except NoSessionDatabase:
         return {"success": False, "error": "session database not found", "code": "no_db"}
-    settings = store.read_settings()
-    with store.reading(db_path) as conn:
-        schema = store.detect_schema(conn)
-        scope = resolve_scope(conn, schema, session_id, fallback_cwd)
+    with db:
+        scope = ProjectMap(db).resolve_scope(session_id, fallback_cwd)
         if scope.is_home:
             has_cwd = bool((scope.current.get("cwd") or "").strip())
             message = NO_PROJECT_FOR_CWD if has_cwd else NO_PROJECT_CONTEXT
@@ -457,94 +391,32 @@ def run_search(query: str, mode: str, limit: int, session_id: str, fallback_cwd:
             return {"success": True, "results": [], "message": NO_OTHER_SESSIONS, "sessions_in_scope": 1}
 
         plan = plan_query(query)
-        keyword = keyword_messages(conn, schema, plan, scope.session_ids, limit) if mode != "semantic" else []
-        semantic_rows, status = _semantic(conn, schema, scope, query, settings, run=mode != "keyword")
-        if mode == "semantic" and not semantic_rows and status not in ("ready", "partial", "indexing"):
+        keyword = keyword_messages(db, plan, scope.session_ids, limit) if mode != "semantic" else []
+        outcome = semantic.search(env, db, scope, query, run=mode != "keyword")
+        if mode == "semantic" and not outcome.rows and outcome.status not in ("ready", "partial", "indexing"):
             # Semantic search cannot answer: keep the keyword results the agent can still use.
-            keyword = keyword_messages(conn, schema, plan, scope.session_ids, limit)
-        if mode == "keyword" or not semantic_rows:
+            keyword = keyword_messages(db, plan, scope.session_ids, limit)
+        if mode == "keyword" or not outcome.rows:
             ranked = [{**row, "score_source": "keyword"} for row in keyword]
         elif mode == "semantic":
-            ranked = [{**row, "score_source": "semantic"} for row in semantic_rows]
+            ranked = [{**row, "score_source": "semantic"} for row in outcome.rows]
         else:
-            embedding = settings.embedding
+            embedding = env.settings.embedding
             ranked = fuse_rankings(
-                keyword, semantic_rows, embedding.rrf_k, embedding.keyword_weight, embedding.semantic_weight
+                keyword, outcome.rows, embedding.rrf_k, embedding.keyword_weight, embedding.semantic_weight
             )
-        best = best_per_session(ranked, limit)
         result: dict[str, Any] = {
             "success": True,
             "mode": mode,
             "project": scope.identity,
-            "results": shape_results(best, scope, plan.needles(), store.active_profile_name()),
+            "results": shape_results(best_per_session(ranked, limit), scope, plan.needles(), env.profile),
             "sessions_in_scope": scope.sessions_in_scope,
-            "semantic_status": status,
+            "semantic_status": outcome.status,
         }
+    if outcome.error:
+        result["semantic_error"] = outcome.error
     if not result["results"]:
         result["message"] = "No matching messages in this project's other sessions"
-    if status == "consent_required" and mode != "keyword":
-        result["semantic_consent"] = consent_request(scope.identity, settings)
+    if outcome.status == "consent_required" and mode != "keyword":
+        result["semantic_consent"] = consent_request(scope.identity, env.settings.embedding, env.profile)
     return result
-
-
-def consent_request(identity: dict[str, Any], settings: Any) -> dict[str, Any]:
-    """What the agent should ask the user, and the command that records a yes (spec §五)."""
-    from .config_schema import endpoint_of, project_ref
-
-    embedding = settings.embedding
-    endpoint = endpoint_of(embedding)
-    project = identity.get("name") or identity.get("key") or project_ref(identity)
-    profile = store.active_profile_name()
-    profile_flag = f"-p {profile} " if profile not in ("default", "custom") else ""
-    command = f"hermes {profile_flag}project-history enable --project {project_ref(identity)} --yes"
-    where = (
-        "this machine (in-process model, nothing leaves it)" if embedding.provider == "local" else endpoint
-    )
-    return {
-        "ask_user": (
-            f"Semantic search is off until you agree. If enabled, the text of the user and assistant "
-            f"messages in this project's conversations ({project}), past and future, is sent to "
-            f"{embedding.provider} model '{embedding.model}' at {where} to compute embeddings, "
-            f"which are stored locally. Enable it for this project?"
-        ),
-        "on_yes_run": command,
-        "provider": embedding.provider,
-        "model": embedding.model,
-        "endpoint": endpoint,
-        "project": project_ref(identity),
-        "sends": "user and assistant message text of this project's sessions (history and new messages)",
-    }
-
-
-# --------------------------------------------------------------------------- overview (CLI status)
-
-
-def project_overview() -> list[dict[str, Any]]:
-    """Every project that has conversations: its identity, session ids and live message count."""
-    with store.reading(store.state_db_path()) as conn:
-        schema = store.detect_schema(conn)
-        rows = store.fill_repo_roots(store.read_visible_sessions(conn, schema))
-        index = attribution.FolderIndex(store.read_projects())
-        junk = store.junk_roots()
-        groups: dict[tuple[str, str], dict[str, Any]] = {}
-        for row in rows:
-            identity = attribution.resolve_project(row, index, junk_roots=junk)
-            if identity["kind"] == "home":
-                continue
-            group = groups.setdefault(
-                attribution.scope_key(identity), {"identity": identity, "session_ids": [], "messages": 0}
-            )
-            group["session_ids"].append(row["id"])
-        for group in groups.values():
-            group["messages"] = len(store.live_message_ids(conn, schema, group["session_ids"]))
-    return list(groups.values())
-
-
-def indexed_messages(fingerprint: str, session_ids: Sequence[str]) -> int:
-    if not store.embeddings_db_path().exists():
-        return 0
-    econn = store.connect_embeddings()
-    try:
-        return len(store.indexed_message_ids(econn, fingerprint, session_ids))
-    finally:
-        econn.close()

@@ -1,10 +1,10 @@
-"""The semantic path (spec §4.4): chunk, embed incrementally, score with one matrix product.
+"""The semantic path (spec §4.4) behind one boundary that never lets it take keyword search down.
 
-Index: live user and assistant messages of the project's sessions are cut into chunks of
-``chunk_size`` estimated tokens with ``chunk_overlap`` between neighbours. A chunk is keyed by
-(session, message, chunk index, model fingerprint) and carries the SHA-256 of its text, so a
-second run embeds nothing and a moved session keeps its vectors (nothing in the key names a
-project). Vectors of another model never mix in: every read filters on the fingerprint.
+:func:`search` is the only way in. Whatever goes wrong behind it (numpy, onnxruntime or
+tokenizers missing; ``embeddings.db`` damaged, locked, read-only or from a newer version; the
+provider down; vectors of the wrong width) comes back as ``semantic_status: "unavailable"``
+with a one-line ``semantic_error`` that says what to do, and the traceback is logged once at
+WARNING. Spec §七: keyword results survive every semantic failure.
 
 Query: the in-scope vectors are one L2-normalised float32 matrix cached in memory; a query costs
 one matrix-vector product, ``argpartition`` for the top chunks, and a reduction to the best chunk
@@ -14,306 +14,105 @@ archived history never comes back even while its vectors are still stored.
 
 from __future__ import annotations
 
-import hashlib
+import errno
+import importlib
 import logging
-import math
-import re
 import sqlite3
 import threading
 import time
-from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from . import store
+from .consent import read_consent, semantic_gate
+from .hermes_db import HermesDB, message_text
+from .hermes_env import HermesEnv, install_command
+from .index_db import (
+    INLINE_BUSY_SECONDS,
+    PURGE_HINT,
+    IndexStore,
+    IndexUnavailable,
+    indexer_busy,
+    indexer_lock,
+)
+from .indexer import (
+    BACKGROUND,
+    WATERMARKS,
+    build_index,
+    chunk_text,
+    content_hash,
+    embedded_text,
+    gate_check,
+    index_recipe,
+)
 
 logger = logging.getLogger(__name__)
 
-# --------------------------------------------------------------------------- chunking
-
-_CJK_CHAR = re.compile(
-    "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ebef]"
-)
-# A unit is one CJK character, or a run of other non-space characters with its trailing space.
-_UNIT = re.compile(
-    "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ebef]\\s*"
-    "|[^\\s\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ebef]+\\s*"
-)
-
-
-def _unit_tokens(unit: str) -> int:
-    """Tokens of one unit: a CJK character is about one token, other text about four characters."""
-    core = unit.rstrip()
-    if _CJK_CHAR.match(core):
-        return 1
-    return max(1, math.ceil(len(core) / 4))
-
-
-def estimate_tokens(text: str) -> int:
-    """A tokenizer-free estimate that holds for English and CJK alike (README, "Chunking")."""
-    return sum(_unit_tokens(u) for u in _UNIT.findall(text))
-
-
-def chunk_text(text: str, chunk_size: int, overlap: int) -> list[str]:
-    """Windows of at most ``chunk_size`` estimated tokens, neighbours sharing ``overlap``."""
-    text = text.strip()
-    if not text:
-        return []
-    units = _UNIT.findall(text)
-    costs = [_unit_tokens(u) for u in units]
-    if sum(costs) <= chunk_size:
-        return [text]
-    chunks: list[str] = []
-    start = 0
-    while start < len(units):
-        end, used = start, 0
-        while end < len(units) and (used + costs[end] <= chunk_size or end == start):
-            used += costs[end]
-            end += 1
-        chunks.append("".join(units[start:end]).strip())
-        if end >= len(units):
-            break
-        back, shared = end, 0
-        while back > start + 1 and shared + costs[back - 1] <= overlap:
-            back -= 1
-            shared += costs[back]
-        start = back
-    return chunks
-
-
-def content_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-# --------------------------------------------------------------------------- indexing
-
 
 @dataclass
-class Pending:
-    """What an index run must do for a scope: chunks to embed and chunk keys that are stale."""
+class SemanticOutcome:
+    """What the semantic side contributes to one search."""
 
-    todo: list[tuple[store.ChunkKey, str, str]]  # (key, text, hash)
-    stale: list[store.ChunkKey]
-    live_messages: int
-    checked_up_to: dict[str, int]  # per session: the newest message this pass looked at
-
-    @property
-    def complete(self) -> bool:
-        return not self.todo and not self.stale
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    status: str = "ready"  # ready | partial | indexing | disabled | consent_required | unavailable
+    error: str = ""  # set when status is "unavailable": one line, what to do
 
 
-# Hermes appends messages and never edits one in place (a rewind only flips ``active``), so once a
-# complete pass has checked a session up to message N, the next pass need only read what came
-# after N. Watermarks belong to one embeddings.db (its random instance id: a purge starts over)
-# and one model fingerprint; they are advanced only by a pass that finished.
-_watermarks: dict[tuple[str, str], dict[str, int]] = {}
-_watermarks_lock = threading.Lock()
+class WidthMismatch(ValueError):
+    """The provider's vectors do not have the width of the stored ones: the model changed."""
 
 
-def index_recipe(fingerprint: str, embedding: Any) -> str:
-    """Everything that shapes the stored vectors: the model, and how text is cut and framed."""
-    return (
-        f"{fingerprint}|chunk={embedding.chunk_size}/{embedding.chunk_overlap}"
-        f"|context={embedding.context_messages}"
-    )
+# --------------------------------------------------------------------------- what went wrong
+
+#: The packages each provider needs on top of Hermes's own (numpy is not in a plain Hermes).
+RUNTIME = {"local": ("numpy", "onnxruntime", "tokenizers")}
+DEFAULT_RUNTIME = ("numpy",)
 
 
-def _watermark_slot(econn: sqlite3.Connection, recipe: str) -> tuple[str, str]:
-    return (store.embeddings_instance(econn), recipe)
+def require_runtime(provider: str) -> None:
+    """Import what the provider needs now, so a missing package is named before any work."""
+    for package in RUNTIME.get(provider, DEFAULT_RUNTIME):
+        importlib.import_module(package)
 
 
-def context_tail(previous: Sequence[str], budget_tokens: int) -> str:
-    """The end of the preceding messages, at most ``budget_tokens`` estimated tokens."""
-    units = _UNIT.findall(" ".join(" ".join(text.split()) for text in previous))
-    kept: list[str] = []
-    used = 0
-    for unit in reversed(units):
-        used += _unit_tokens(unit)
-        if used > budget_tokens:
-            break
-        kept.append(unit)
-    return "".join(reversed(kept)).strip()
+def describe_failure(error: BaseException, env: HermesEnv) -> str:
+    """One line for the agent and the CLI: what is wrong and what to run about it."""
+    from .embedders import EmbeddingUnavailable
 
-
-def embedded_text(chunk: str, previous: Sequence[str], embedding: Any) -> str:
-    """What the model sees for a chunk: the conversation just before it, then the chunk.
-
-    A turn is often a short reply ("Yes, let's do that") whose topic lives in the turn before
-    it; measured on LoCoMo, one preceding message lifts semantic recall markedly (README).
-    """
-    context = context_tail(previous, embedding.chunk_size // 4) if previous else ""
-    return f"{context}\n{chunk}" if context else chunk
-
-
-def pending_chunks(
-    conn: sqlite3.Connection,
-    schema: store.StateSchema,
-    econn: sqlite3.Connection,
-    session_ids: Sequence[str],
-    fingerprint: str,
-    embedding: Any,
-) -> Pending:
-    """Chunks to embed for these sessions: new or changed text since the last complete pass."""
-    recipe = index_recipe(fingerprint, embedding)
-    with _watermarks_lock:
-        checked = dict(_watermarks.get(_watermark_slot(econn, recipe), {}))
-    after = {sid: checked.get(sid, 0) for sid in session_ids}
-    messages = store.live_messages(conn, schema, after)
-    stored = store.chunk_hashes(econn, fingerprint, after) if messages else {}
-    recent: dict[str, deque[str]] = {}
-    if embedding.context_messages and messages:
-        resumed = {m["session_id"]: after[m["session_id"]] for m in messages if after[m["session_id"]]}
-        earlier = store.preceding_messages(conn, schema, resumed, embedding.context_messages)
-        recent = {sid: deque(texts, maxlen=embedding.context_messages) for sid, texts in earlier.items()}
-    todo: list[tuple[store.ChunkKey, str, str]] = []
-    wanted: set[store.ChunkKey] = set()
-    newest = dict(after)
-    for message in messages:
-        session_id, text = message["session_id"], store.message_text(message["content"])
-        newest[session_id] = max(newest[session_id], message["message_id"])
-        previous = recent.setdefault(session_id, deque(maxlen=max(1, embedding.context_messages)))
-        chunks = chunk_text(text, embedding.chunk_size, embedding.chunk_overlap)
-        for index, chunk in enumerate(chunks):
-            key = (session_id, message["message_id"], index)
-            framed = embedded_text(chunk, list(previous) if embedding.context_messages else [], embedding)
-            digest = content_hash(framed)
-            wanted.add(key)
-            if stored.get(key) != digest:
-                todo.append((key, framed, digest))
-        if text.strip():
-            previous.append(text)
-    # Chunks past a message's new end (its text got shorter) are stale; vectors of messages that
-    # are no longer live stay stored (a rewind can be undone) but are never returned.
-    live_ids = {m["message_id"] for m in messages}
-    stale = [key for key in stored if key[1] in live_ids and key not in wanted]
-    return Pending(todo=todo, stale=stale, live_messages=len(messages), checked_up_to=newest)
-
-
-def _remember_checked(econn: sqlite3.Connection, recipe: str, checked_up_to: dict[str, int]) -> None:
-    with _watermarks_lock:
-        _watermarks.setdefault(_watermark_slot(econn, recipe), {}).update(checked_up_to)
-
-
-def embed_pending(
-    econn: sqlite3.Connection, embedder: Any, pending: Pending, batch_size: int, deadline: float | None
-) -> int:
-    """Embed and store batches until done or past ``deadline``; returns how many chunks were written."""
-    import numpy as np
-
-    written = 0
-    if pending.stale:
-        store.write_chunks(econn, embedder.fingerprint, [], pending.stale)
-        pending.stale = []
-    while pending.todo:
-        if deadline is not None and time.monotonic() >= deadline:
-            break
-        batch, pending.todo = pending.todo[:batch_size], pending.todo[batch_size:]
-        vectors = embedder.embed_documents([text for _, text, _ in batch])
-        rows = [
-            (key[0], key[1], key[2], digest, np.asarray(vector, dtype="<f4").tobytes())
-            for (key, _, digest), vector in zip(batch, vectors, strict=True)
-        ]
-        store.write_chunks(econn, embedder.fingerprint, rows)
-        written += len(rows)
-    return written
-
-
-def build_index(
-    session_ids: Sequence[str], settings: Any, embedder: Any, deadline: float | None = None, progress=None
-) -> tuple[int, bool]:
-    """Index these sessions (one process at a time). Returns (chunks written, complete)."""
-    embedding = settings.embedding
-    with store.indexer_lock() as taken:
-        if not taken:
-            return 0, False
-        with store.reading(store.state_db_path()) as conn:
-            schema = store.detect_schema(conn)
-            econn = store.connect_embeddings()
-            try:
-                pending = pending_chunks(conn, schema, econn, session_ids, embedder.fingerprint, embedding)
-                if progress is not None:
-                    progress(0, len(pending.todo))
-                written = 0
-                while not pending.complete:
-                    step = embed_pending(econn, embedder, pending, embedding.batch_size, deadline)
-                    written += step
-                    if progress is not None:
-                        progress(written, written + len(pending.todo))
-                    if deadline is not None and time.monotonic() >= deadline:
-                        break
-                if pending.complete:
-                    _remember_checked(
-                        econn, index_recipe(embedder.fingerprint, embedding), pending.checked_up_to
-                    )
-                return written, pending.complete
-            finally:
-                econn.close()
-
-
-_background: dict[tuple[str, str], threading.Thread] = {}
-_background_lock = threading.Lock()
-
-
-def _background_key(fingerprint: str, session_ids: Sequence[str]) -> tuple[str, str]:
-    return (str(store.embeddings_db_path()), fingerprint + ":" + content_hash("\n".join(sorted(session_ids))))
-
-
-def background_running(fingerprint: str, session_ids: Sequence[str]) -> bool:
-    with _background_lock:
-        thread = _background.get(_background_key(fingerprint, session_ids))
-        return bool(thread and thread.is_alive())
-
-
-def _pinned_to_home(home: Any, work: Any) -> Any:
-    """Run ``work`` with Hermes's home pinned, so a thread keeps the home it was started for."""
-
-    def run() -> None:
-        try:
-            from hermes_constants import reset_hermes_home_override, set_hermes_home_override
-        except ImportError:  # an older Hermes: the process-wide HERMES_HOME applies
-            work()
-            return
-        token = set_hermes_home_override(home)
-        try:
-            work()
-        finally:
-            reset_hermes_home_override(token)
-
-    return run
-
-
-def start_background(session_ids: Sequence[str], settings: Any, embedder: Any) -> None:
-    """Finish the index off the agent's path; a failure leaves ``partial`` for the next search."""
-    key = _background_key(embedder.fingerprint, session_ids)
-    ids = list(session_ids)
-
-    def work() -> None:
-        try:
-            build_index(ids, settings, embedder)
-        except Exception as error:  # provider trouble: the next search reports partial/unavailable
-            logger.warning("background indexing stopped: %s", type(error).__name__)
-
-    with _background_lock:
-        running = _background.get(key)
-        if running and running.is_alive():
-            return
-        thread = threading.Thread(
-            target=_pinned_to_home(store.hermes_home(), work), name="project-history-index", daemon=True
+    if isinstance(error, ImportError):
+        missing = (error.name or str(error)).split(".")[0]
+        packages = ("onnxruntime", "tokenizers") if missing in ("onnxruntime", "tokenizers") else (missing,)
+        return (
+            f"{missing} is not installed in the Python that runs Hermes; install it with: "
+            f"{install_command(*packages)}"
         )
-        _background[key] = thread
-        thread.start()
+    if isinstance(error, IndexUnavailable | EmbeddingUnavailable | WidthMismatch):
+        return str(error)
+    if isinstance(error, PermissionError) or (
+        isinstance(error, OSError) and error.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+    ):
+        return f"cannot write {env.data_dir} (permission denied or read-only): fix its permissions"
+    if isinstance(error, sqlite3.OperationalError):
+        text = str(error)
+        if "locked" in text or "busy" in text:
+            return f"the semantic index {env.index_path} is locked by another process; try again later"
+        if "readonly" in text or "read-only" in text or "unable to open" in text:
+            return f"cannot write the semantic index {env.index_path} (read-only): fix its permissions"
+    if isinstance(error, sqlite3.DatabaseError):
+        return f"the semantic index {env.index_path} is damaged ({error}); {PURGE_HINT}"
+    return f"semantic search failed ({type(error).__name__}: {error}); details are in Hermes's agent.log"
 
 
-def wait_for_background(timeout: float = 60.0) -> None:
-    """Join running index threads (the CLI's ``index`` and tests use it; searches never wait)."""
-    with _background_lock:
-        threads = list(_background.values())
-    for thread in threads:
-        thread.join(timeout)
+def _writable(env: HermesEnv) -> None:
+    """A keyword search never writes, but must still say when indexing could not work."""
+    import os
+
+    for target in (env.index_path, env.data_dir):
+        if target.exists() and not os.access(target, os.W_OK):
+            raise PermissionError(errno.EACCES, "not writable", str(target))
 
 
-# --------------------------------------------------------------------------- retrieval
+# --------------------------------------------------------------------------- the matrix
 
 
 @dataclass
@@ -328,57 +127,78 @@ class VectorMatrix:
     def __len__(self) -> int:
         return len(self.session_ids)
 
+    @property
+    def width(self) -> int:
+        return int(self.vectors.shape[1]) if len(self) else 0
 
-_matrix_cache: dict[tuple[str, str], tuple[tuple, VectorMatrix]] = {}
-_matrix_lock = threading.Lock()
+
+class MatrixCache:
+    """The last matrix per (database file, model), reused while nothing it depends on changed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[str, str], tuple[tuple, VectorMatrix]] = {}
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def matrix(
+        self, db: HermesDB, store: IndexStore, fingerprint: str, session_ids: Sequence[str]
+    ) -> VectorMatrix:
+        import numpy as np
+
+        slot = (str(store.path), fingerprint)
+        freshness = (
+            store.instance,
+            store.generation,
+            content_hash("\n".join(sorted(session_ids))),
+            db.live_signature(session_ids),
+        )
+        with self._lock:
+            cached = self._entries.get(slot)
+        if cached and cached[0] == freshness:
+            return cached[1]
+
+        live_ids = db.live_message_ids(session_ids)
+        rows = [row for row in store.chunk_vectors(fingerprint, session_ids) if row[1] in live_ids]
+        widths = {len(row[3]) for row in rows}
+        if len(widths) > 1:
+            raise WidthMismatch(
+                f"the semantic index {store.path} holds vectors of several widths for one model; {PURGE_HINT}"
+            )
+        if rows:
+            vectors = np.frombuffer(b"".join(row[3] for row in rows), dtype="<f4").reshape(len(rows), -1)
+            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+            vectors = (vectors / np.where(norms == 0, 1, norms)).astype(np.float32)
+        else:
+            vectors = np.zeros((0, 0), dtype=np.float32)
+        matrix = VectorMatrix(
+            vectors=vectors,
+            message_ids=np.array([row[1] for row in rows], dtype=np.int64),
+            chunk_indexes=np.array([row[2] for row in rows], dtype=np.int32),
+            session_ids=[row[0] for row in rows],
+        )
+        with self._lock:
+            self._entries[slot] = (freshness, matrix)
+        return matrix
 
 
-def scope_matrix(
-    conn: sqlite3.Connection,
-    schema: store.StateSchema,
-    econn: sqlite3.Connection,
-    fingerprint: str,
-    session_ids: Sequence[str],
-) -> VectorMatrix:
-    """Cached until the index, the scope or the set of live messages changes."""
-    import numpy as np
-
-    cache_slot = (str(store.embeddings_db_path()), fingerprint)
-    freshness = (
-        store.embeddings_generation(econn),
-        content_hash("\n".join(sorted(session_ids))),
-        store.live_signature(conn, schema, session_ids),
-    )
-    with _matrix_lock:
-        cached = _matrix_cache.get(cache_slot)
-    if cached and cached[0] == freshness:
-        return cached[1]
-
-    live_ids = store.live_message_ids(conn, schema, session_ids)
-    rows = [row for row in store.chunk_vectors(econn, fingerprint, session_ids) if row[1] in live_ids]
-    if rows:
-        vectors = np.frombuffer(b"".join(row[3] for row in rows), dtype="<f4").reshape(len(rows), -1)
-        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        vectors = (vectors / np.where(norms == 0, 1, norms)).astype(np.float32)
-    else:
-        vectors = np.zeros((0, 0), dtype=np.float32)
-    matrix = VectorMatrix(
-        vectors=vectors,
-        message_ids=np.array([row[1] for row in rows], dtype=np.int64),
-        chunk_indexes=np.array([row[2] for row in rows], dtype=np.int32),
-        session_ids=[row[0] for row in rows],
-    )
-    with _matrix_lock:
-        _matrix_cache[cache_slot] = (freshness, matrix)
-    return matrix
+#: The process's matrices.
+MATRICES = MatrixCache()
 
 
 def top_messages(matrix: VectorMatrix, query_vector: Any, top_k: int) -> list[tuple[int, str, int, float]]:
     """(message_id, session_id, chunk_index, cosine) of the best chunk per message, best first."""
     import numpy as np
 
-    if not len(matrix) or matrix.vectors.shape[1] != len(query_vector):
+    if not len(matrix):
         return []
+    if matrix.width != len(query_vector):
+        raise WidthMismatch(
+            f"the embedding model returns {len(query_vector)}-dimensional vectors but the index holds "
+            f"{matrix.width}-dimensional ones: the model behind the endpoint changed; {PURGE_HINT}"
+        )
     scores = matrix.vectors @ np.asarray(query_vector, dtype=np.float32)
     k = min(top_k, len(scores))
     best = np.argpartition(-scores, k - 1)[:k]
@@ -396,120 +216,157 @@ def top_messages(matrix: VectorMatrix, query_vector: Any, top_k: int) -> list[tu
     return list(picked.values())
 
 
-# A provider that just failed is not asked again for a while: a dead endpoint must not add its
-# timeout to every search of the agent.
-PROVIDER_COOLDOWN_SECONDS = 60.0
-_cooldown_until: dict[str, float] = {}
+# --------------------------------------------------------------------------- provider cooldown
 
 
-def reset_provider_cooldown() -> None:
-    _cooldown_until.clear()
+class Cooldown:
+    """A provider that just failed is not asked again for a while: a dead endpoint must not add its
+    timeout to every search of the agent. Remembers the failure so the next answers can say why."""
+
+    SECONDS = 60.0
+
+    def __init__(self) -> None:
+        self._until: dict[str, tuple[float, str]] = {}
+
+    def active(self, fingerprint: str) -> str:
+        until, reason = self._until.get(fingerprint, (0.0, ""))
+        return reason if until > time.monotonic() else ""
+
+    def start(self, fingerprint: str, reason: str) -> None:
+        self._until[fingerprint] = (time.monotonic() + self.SECONDS, reason)
+
+    def reset(self) -> None:
+        self._until.clear()
 
 
-def _status_without_work(
-    conn: sqlite3.Connection, schema: store.StateSchema, fingerprint: str, session_ids: Sequence[str]
-) -> str:
-    econn = store.connect_embeddings()
-    try:
-        indexed = store.indexed_message_ids(econn, fingerprint, session_ids)
-    finally:
-        econn.close()
-    if store.live_message_ids(conn, schema, session_ids) <= indexed:
-        return "ready"
-    if background_running(fingerprint, session_ids) or store.indexer_busy():
-        return "indexing"
-    return "partial"
+COOLDOWN = Cooldown()
 
+
+# --------------------------------------------------------------------------- the boundary
 
 # A scope this large is checked in the background the first time a process sees it (about 7 s
 # per 100k messages, measured); later checks only read what is newer than the watermarks.
 INLINE_FIRST_CHECK_MESSAGES = 20_000
 
 
-def _first_check_is_long(
-    conn: sqlite3.Connection,
-    schema: store.StateSchema,
-    fingerprint: str,
-    session_ids: Sequence[str],
-    embedding: Any,
-) -> bool:
-    econn = store.connect_embeddings()
-    try:
-        slot = _watermark_slot(econn, index_recipe(fingerprint, embedding))
-    finally:
-        econn.close()
-    with _watermarks_lock:
-        checked = _watermarks.get(slot, {})
-    if all(sid in checked for sid in session_ids):
-        return False
-    return store.live_signature(conn, schema, session_ids)[0] > INLINE_FIRST_CHECK_MESSAGES
-
-
-def search(
-    conn: sqlite3.Connection, schema: store.StateSchema, scope: Any, query: str, settings: Any, run: bool
-) -> tuple[list[dict[str, Any]], str]:
-    """Semantic rows for ``query`` in ``scope`` and the index state (consent already checked).
+def search(env: HermesEnv, db: HermesDB, scope: Any, query: str, run: bool) -> SemanticOutcome:
+    """Semantic rows for ``query`` in ``scope``, or the reason there are none. Never raises.
 
     With ``run`` the index is brought up to date within ``index_budget_seconds`` first and a
-    background thread takes the rest; without it (keyword mode) only the state is reported.
+    background thread takes the rest; without it (keyword mode) only the state is reported,
+    from a read-only look at the index.
     """
+    embedding = env.settings.embedding
+    gate = semantic_gate(embedding, read_consent(env), scope.identity, env.profile)
+    if gate != "ok":
+        return SemanticOutcome(status=gate)
+    try:
+        return _search(env, db, scope, query, run)
+    except Exception as error:
+        reason = describe_failure(error, env)
+        logger.warning("semantic search unavailable: %s", reason, exc_info=True)
+        return SemanticOutcome(status="unavailable", error=reason)
+
+
+def _search(env: HermesEnv, db: HermesDB, scope: Any, query: str, run: bool) -> SemanticOutcome:
     from .embedders import EmbeddingUnavailable, make_embedder
 
-    embedding = settings.embedding
-    try:
-        embedder = make_embedder(embedding, store.read_api_key())
-    except EmbeddingUnavailable as error:
-        logger.warning("semantic search unavailable: %s", error)
-        return [], "unavailable"
-    fingerprint = embedder.fingerprint
-    session_ids = scope.session_ids
+    embedding = env.settings.embedding
+    require_runtime(embedding.provider)
+    embedder = make_embedder(embedding, env.api_key())
+    fingerprint, session_ids = embedder.fingerprint, scope.session_ids
     if not run:
-        return [], _status_without_work(conn, schema, fingerprint, session_ids)
-    if _cooldown_until.get(fingerprint, 0.0) > time.monotonic():
-        return [], "unavailable"
-
+        _writable(env)
+        with IndexStore.open_readonly(env.index_path) as store:
+            return SemanticOutcome(status=_status_without_work(env, db, store, fingerprint, session_ids))
+    reason = COOLDOWN.active(fingerprint)
+    if reason:
+        return SemanticOutcome(status="unavailable", error=reason)
     try:
-        if background_running(fingerprint, session_ids) or store.indexer_busy():
-            status = "indexing"
-        elif _first_check_is_long(conn, schema, fingerprint, session_ids, embedding):
-            # Reading and hashing a very large project takes seconds: not on the agent's path.
-            start_background(session_ids, settings, embedder)
-            status = "indexing"
-        else:
-            deadline = time.monotonic() + embedding.index_budget_seconds
-            _, complete = build_index(session_ids, settings, embedder, deadline)
-            if complete:
-                status = "ready"
-            else:
-                start_background(session_ids, settings, embedder)
-                status = "indexing"
-        query_vector = embedder.embed_query(query)
+        store, status = _bring_up_to_date(env, db, scope, embedder)
+        with store:
+            query_vector = embedder.embed_query(query)
+            matrix = MATRICES.matrix(db, store, fingerprint, session_ids)
     except EmbeddingUnavailable as error:
-        _cooldown_until[fingerprint] = time.monotonic() + PROVIDER_COOLDOWN_SECONDS
-        logger.warning("semantic search unavailable: %s", error)
-        return [], "unavailable"
-
-    econn = store.connect_embeddings()
-    try:
-        matrix = scope_matrix(conn, schema, econn, fingerprint, session_ids)
-    finally:
-        econn.close()
+        COOLDOWN.start(fingerprint, str(error))
+        raise
     hits = top_messages(matrix, query_vector, embedding.top_k)
-    messages = store.messages_by_id(conn, [hit[0] for hit in hits])
+    return SemanticOutcome(rows=_rows(db, hits, embedding), status=status)
+
+
+def _bring_up_to_date(env: HermesEnv, db: HermesDB, scope: Any, embedder: Any) -> tuple[IndexStore, str]:
+    """The one IndexStore of this search, and the index state after at most the inline budget."""
+    embedding = env.settings.embedding
+    session_ids = scope.session_ids
+    if BACKGROUND.running(env, embedder.fingerprint, session_ids):
+        return IndexStore.open_readonly(env.index_path), "indexing"
+    with indexer_lock(env.data_dir) as taken:
+        if not taken:
+            return IndexStore.open_readonly(env.index_path), "indexing"
+        store = IndexStore.open_writable(env.index_path, INLINE_BUSY_SECONDS)
+        try:
+            if _first_check_is_long(db, store, embedder.fingerprint, session_ids, embedding):
+                complete = False  # reading and hashing a very large project takes seconds
+            else:
+                deadline = time.monotonic() + embedding.index_budget_seconds
+                _, complete = build_index(
+                    db,
+                    store,
+                    session_ids,
+                    embedding,
+                    embedder,
+                    deadline,
+                    should_continue=gate_check(scope.identity),
+                )
+        except BaseException:
+            store.close()
+            raise
+    if complete:
+        return store, "ready"
+    BACKGROUND.start(env, scope.identity, session_ids, embedder)
+    return store, "indexing"
+
+
+def _first_check_is_long(
+    db: HermesDB, store: IndexStore, fingerprint: str, session_ids: Sequence[str], embedding: Any
+) -> bool:
+    checked = WATERMARKS.get(store.instance, index_recipe(fingerprint, embedding))
+    if all(sid in checked for sid in session_ids):
+        return False
+    return db.live_signature(session_ids)[0] > INLINE_FIRST_CHECK_MESSAGES
+
+
+def _status_without_work(
+    env: HermesEnv, db: HermesDB, store: IndexStore, fingerprint: str, session_ids: Sequence[str]
+) -> str:
+    if db.live_message_ids(session_ids) <= store.indexed_message_ids(fingerprint, session_ids):
+        return "ready"
+    if BACKGROUND.running(env, fingerprint, session_ids) or indexer_busy(env.data_dir):
+        return "indexing"
+    return "partial"
+
+
+def _rows(db: HermesDB, hits: list[tuple[int, str, int, float]], embedding: Any) -> list[dict[str, Any]]:
+    """The hit messages with the chunk the model matched, rebuilt as it was embedded (for snippets)."""
+    messages = db.messages_by_id(hit[0] for hit in hits)
     rows = []
     for message_id, session_id, chunk_index, score in hits:
         message = messages.get(message_id)
         if message is None:
             continue
-        chunks = chunk_text(
-            store.message_text(message["content"]), embedding.chunk_size, embedding.chunk_overlap
-        )
+        chunks = chunk_text(message_text(message["content"]), embedding.chunk_size, embedding.chunk_overlap)
         chunk = chunks[chunk_index] if chunk_index < len(chunks) else None
         if chunk and embedding.context_messages:
             # The snippet shows what the model matched: a short reply reads with its question.
-            earlier = store.preceding_messages(
-                conn, schema, {session_id: message_id - 1}, embedding.context_messages
-            )
+            earlier = db.preceding_messages({session_id: message_id - 1}, embedding.context_messages)
             chunk = embedded_text(chunk, earlier.get(session_id, []), embedding)
         rows.append({**message, "score": score, "chunk_text": chunk})
-    return rows, status
+    return rows
+
+
+def index_report(
+    env: HermesEnv, db: HermesDB, fingerprint: str, groups: Sequence[dict[str, Any]]
+) -> list[int]:
+    """Indexed message count per group (CLI ``status``); raises what :func:`describe_failure` explains."""
+    with IndexStore.open_readonly(env.index_path) as store:
+        return [len(store.indexed_message_ids(fingerprint, g["session_ids"])) for g in groups]

@@ -11,6 +11,7 @@ one loaded plugin serves them all).
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import os
@@ -91,6 +92,10 @@ def plugin():
     assert PLUGIN_KEY in loaded, loaded.keys()
     assert not loaded[PLUGIN_KEY].get("error"), loaded[PLUGIN_KEY]
     assert loaded[PLUGIN_KEY].get("enabled", True)
+    # Every module as an attribute (plugin.consent, plugin.indexer...), as tests address them.
+    for module in sorted(REPO.glob("*.py")):
+        if module.stem != "__init__":
+            importlib.import_module(f"{PLUGIN_MODULE}.{module.stem}")
     return sys.modules[PLUGIN_MODULE]
 
 

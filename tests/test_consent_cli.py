@@ -56,7 +56,7 @@ def setup(world, server, monkeypatch):
     world.alpha, world.beta = alpha, beta
     from hermes_plugins.project_history_recall import semantic
 
-    semantic.reset_provider_cooldown()
+    semantic.COOLDOWN.reset()
     server.reset()
     return world
 

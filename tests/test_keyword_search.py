@@ -31,9 +31,9 @@ NO_MATCH = "No matching messages in this project's other sessions"
 
 
 @pytest.fixture
-def store(plugin):
-    importlib.import_module(f"{plugin.__name__}.store")
-    return plugin.store
+def hermes_db(plugin):
+    """The module that owns Hermes's databases (its HermesDB class is what the spies patch)."""
+    return importlib.import_module(f"{plugin.__name__}.hermes_db")
 
 
 def explicit(pid: str, name: str) -> dict:
@@ -106,8 +106,9 @@ def profile_world(plugin, tmp_path, monkeypatch):
     w.close()
 
 
-def test_links_on_a_named_profile_carry_the_profile(profile_world, store):
-    assert store.active_profile_name() == "work"
+def test_links_on_a_named_profile_carry_the_profile(profile_world, plugin):
+    hermes_env = importlib.import_module(f"{plugin.__name__}.hermes_env")
+    assert hermes_env.HermesEnv.current().profile == "work"
     repo = profile_world.folder("alpha")
     profile_world.project("Alpha", repo)
     old = profile_world.session(repo, [("user", "kappa release notes")])
@@ -346,21 +347,22 @@ def test_limit_is_clamped_and_results_are_one_per_session(world):
 
 
 @pytest.fixture
-def spy(store, monkeypatch):
+def spy(hermes_db, monkeypatch):
     """Records which keyword path ran: ('like', ...) or ('fts', table)."""
     calls: list[tuple[str, str]] = []
-    like, fts = store.like_messages, store.fts_messages
+    reader = hermes_db.HermesDB
+    like, fts = reader.like_messages, reader.fts_messages
 
-    def like_spy(conn, schema, terms, *args, **kwargs):
+    def like_spy(self, terms, *args, **kwargs):
         calls.append(("like", " ".join(terms)))
-        return like(conn, schema, terms, *args, **kwargs)
+        return like(self, terms, *args, **kwargs)
 
-    def fts_spy(conn, schema, table, *args, **kwargs):
+    def fts_spy(self, table, *args, **kwargs):
         calls.append(("fts", table))
-        return fts(conn, schema, table, *args, **kwargs)
+        return fts(self, table, *args, **kwargs)
 
-    monkeypatch.setattr(store, "like_messages", like_spy)
-    monkeypatch.setattr(store, "fts_messages", fts_spy)
+    monkeypatch.setattr(reader, "like_messages", like_spy)
+    monkeypatch.setattr(reader, "fts_messages", fts_spy)
     return calls
 
 
@@ -635,7 +637,7 @@ def test_search_without_a_session_id_is_a_json_error(world, monkeypatch):
     }
 
 
-def test_a_failing_search_is_a_json_error_not_a_traceback(world, store, monkeypatch):
+def test_a_failing_search_is_a_json_error_not_a_traceback(world, hermes_db, monkeypatch):
     repo = world.folder("alpha")
     world.project("Alpha", repo)
     now = world.session(repo)
@@ -643,7 +645,7 @@ def test_a_failing_search_is_a_json_error_not_a_traceback(world, store, monkeypa
     def boom(*_args, **_kwargs):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(store, "read_visible_sessions", boom)
+    monkeypatch.setattr(hermes_db.HermesDB, "visible_sessions", boom)
     assert world.search(now, "x") == {
         "success": False,
         "error": "project history search failed: RuntimeError",

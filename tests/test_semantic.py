@@ -33,18 +33,16 @@ def enable_semantic(plugin, **embedding) -> None:
         {"plugins": {"project-history-recall": {"embedding": {"enabled": True, **embedding}}}},
         merge_existing=True,
     )
-    settings = plugin.store.read_settings()
-    record = plugin.config_schema.consent_record(
-        settings.embedding, plugin.store.active_profile_name(), ["*"], "2026-11-29T12:00:00"
-    )
-    plugin.store.write_consent(record)
+    env = plugin.hermes_env.HermesEnv.current()
+    record = plugin.consent.consent_record(env.settings.embedding, env.profile, ["*"], "2026-11-29T12:00:00")
+    plugin.consent.write_consent(env, record)
 
 
 @pytest.fixture
 def project(world, server, plugin):
     import hermes_plugins.project_history_recall.semantic as semantic
 
-    semantic.reset_provider_cooldown()
+    semantic.COOLDOWN.reset()
     enable_semantic(
         plugin, model="e5-small", base_url=server.base_url, input_type=True, index_budget_seconds=60
     )
@@ -166,12 +164,13 @@ def test_a_model_change_re_embeds_under_its_own_fingerprint(project, plugin):
     # The in-memory matrix for the new model holds only its own three vectors.
     semantic = plugin.semantic
     local_fp = next(fp for fp in per_model if fp.startswith("local"))
-    with plugin.store.reading(plugin.store.state_db_path()) as conn:
-        schema = plugin.store.detect_schema(conn)
-        econn = plugin.store.connect_embeddings()
-        ids = [project.expiry, project.invoices]
-        assert len(semantic.scope_matrix(conn, schema, econn, local_fp, ids)) == 3
-        econn.close()
+    env = plugin.hermes_env.HermesEnv.current()
+    ids = [project.expiry, project.invoices]
+    with (
+        plugin.hermes_db.HermesDB.open(env) as reader,
+        plugin.index_db.IndexStore.open_readonly(env.index_path) as store,
+    ):
+        assert len(semantic.MATRICES.matrix(reader, store, local_fp, ids)) == 3
 
 
 def test_index_state_partial_then_indexing_then_ready(project, plugin):
@@ -181,7 +180,7 @@ def test_index_state_partial_then_indexing_then_ready(project, plugin):
     assert started["semantic_status"] == "indexing"
     # Keyword results while the index builds (semantic hits from the part already built may join).
     assert project.invoices in session_ids(started)
-    plugin.semantic.wait_for_background()
+    plugin.indexer.BACKGROUND.wait()
     deadline = time.monotonic() + 30
     while project.search(project.current, "invoice", mode="keyword")["semantic_status"] != "ready":
         assert time.monotonic() < deadline

@@ -1,0 +1,144 @@
+"""The consent chain (spec §五): ``consent.json``, the gate every send passes, and what to ask.
+
+Nothing is embedded unless :func:`semantic_gate` says ``ok``: semantic search is on, and the
+user agreed to this provider, endpoint, model and profile for this project. The record is
+written by ``hermes project-history enable`` (by the user, or by the agent after the user said
+yes in chat) and read once per call.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from .config_schema import EmbeddingSettings, endpoint_of
+from .hermes_env import HermesEnv
+
+logger = logging.getLogger(__name__)
+
+ALL_PROJECTS = "*"
+CONSENT_SCOPE = "history+incremental"
+WHAT_IS_SENT = "the text of the user and assistant messages"
+
+
+def read_consent(env: HermesEnv) -> dict[str, Any] | None:
+    path = env.consent_path
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        logger.warning("%s is unreadable; semantic search needs confirming again", path, exc_info=True)
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_consent(env: HermesEnv, record: dict[str, Any]) -> None:
+    """Atomic replace under a lock, 0600: a crash or a second writer never leaves half a consent."""
+    path = env.consent_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = os.open(path.parent / "consent.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    finally:
+        os.close(lock)
+
+
+def project_ref(identity: Mapping[str, Any]) -> str:
+    """How consent.json names a project: its id, or ``repo:<path key>`` for an automatic repo."""
+    if identity.get("kind") == "explicit":
+        return str(identity.get("id"))
+    if identity.get("kind") == "auto":
+        return f"repo:{identity.get('key')}"
+    return ""
+
+
+def _target(embedding: EmbeddingSettings, profile: str) -> tuple[str, str, str, str]:
+    return (embedding.provider, endpoint_of(embedding), embedding.model, profile)
+
+
+def same_target(consent: Mapping[str, Any] | None, embedding: EmbeddingSettings, profile: str) -> bool:
+    """Did the user agree to exactly this provider, endpoint, model and profile?"""
+    if not consent:
+        return False
+    agreed = (consent.get("provider"), consent.get("endpoint"), consent.get("model"), consent.get("profile"))
+    return agreed == _target(embedding, profile)
+
+
+def destination(embedding: EmbeddingSettings) -> str:
+    """Where the text goes, in words a user can check."""
+    if embedding.provider == "local":
+        return "this machine (in-process model; nothing leaves it)"
+    return endpoint_of(embedding)
+
+
+def consent_record(
+    embedding: EmbeddingSettings, profile: str, projects: list[str], confirmed_at: str
+) -> dict[str, Any]:
+    """What the user agreed to: this provider, endpoint and model, for these projects."""
+    provider, endpoint, model, profile = _target(embedding, profile)
+    return {
+        "profile": profile,
+        "projects": sorted(set(projects)),
+        "provider": provider,
+        "endpoint": endpoint,
+        "model": model,
+        "confirmed_at": confirmed_at,
+        "scope": CONSENT_SCOPE,
+    }
+
+
+def semantic_gate(
+    embedding: EmbeddingSettings, consent: Mapping[str, Any] | None, identity: Mapping[str, Any], profile: str
+) -> str:
+    """``ok``, ``disabled`` or ``consent_required``: may this project's history be embedded now?
+
+    Off after the user had agreed (or after ``disable``) is ``disabled``; off on a fresh install,
+    or on with a consent that does not name this provider, endpoint, model, profile and project,
+    is ``consent_required``. Nothing is sent unless this says ``ok``.
+    """
+    if not embedding.enabled:
+        return "disabled" if consent else "consent_required"
+    if not consent or consent.get("disabled_at") or not same_target(consent, embedding, profile):
+        return "consent_required"
+    projects = consent.get("projects") or []
+    if ALL_PROJECTS not in projects and project_ref(identity) not in projects:
+        return "consent_required"
+    return "ok"
+
+
+def consent_request(
+    identity: Mapping[str, Any], embedding: EmbeddingSettings, profile: str
+) -> dict[str, Any]:
+    """What the agent should ask the user, and the command that records a yes (spec §五)."""
+    endpoint = endpoint_of(embedding)
+    ref = project_ref(identity)
+    project = identity.get("name") or identity.get("key") or ref
+    profile_flag = f"-p {profile} " if profile not in ("default", "custom") else ""
+    return {
+        "ask_user": (
+            f"Semantic search is off until you agree. If enabled, {WHAT_IS_SENT} in this project's "
+            f"conversations ({project}), past and future, is sent to {embedding.provider} model "
+            f"'{embedding.model}' at {destination(embedding)} to compute embeddings, which are stored "
+            f"locally. Enable it for this project?"
+        ),
+        "on_yes_run": f"hermes {profile_flag}project-history enable --project {ref} --yes",
+        "provider": embedding.provider,
+        "model": embedding.model,
+        "endpoint": endpoint,
+        "project": ref,
+        "sends": "user and assistant message text of this project's sessions (history and new messages)",
+    }
