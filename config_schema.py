@@ -13,9 +13,11 @@ No I/O happens here: :attr:`hermes_env.HermesEnv.settings` reads the YAML and pa
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 PLUGIN_KEY = "project-history-recall"
 PROVIDERS = ("openai", "voyage", "local")
@@ -31,10 +33,11 @@ class EmbeddingSettings:
     base_url: str = ""
     chunk_size: int = 512
     chunk_overlap: int = 64
-    context_messages: int = 1  # preceding messages embedded with each chunk (README, "Tuning")
+    # Preceding messages embedded with each chunk (bench/README.md, "Why these settings").
+    context_messages: int = 1
     top_k: int = 50
     enabled: bool = False
-    # Fusion (spec §十一 leaves these to measurement; README has the table behind the values).
+    # Fusion (spec §十一 leaves these to measurement; bench/README.md has the tables behind the values).
     rrf_k: int = 5
     keyword_weight: float = 2.5
     semantic_weight: float = 1.0
@@ -158,8 +161,8 @@ def parse_settings(spec_section: Any = None, entries_settings: Any = None) -> Se
     return Settings(embedding=embedding, problems=tuple(problems))
 
 
-def endpoint_of(embedding: EmbeddingSettings) -> str:
-    """Where history would be sent: the consent chain names this to the user."""
+def endpoint_url(embedding: EmbeddingSettings) -> str:
+    """The URL the provider is called at, credentials included: for the HTTP client only."""
     if embedding.provider == "local":
         return "local:" + (embedding.model_path or "(no model_path set)")
     if embedding.base_url:
@@ -167,3 +170,38 @@ def endpoint_of(embedding: EmbeddingSettings) -> str:
     if embedding.provider == "voyage":
         return "https://api.voyageai.com/v1"
     return "https://api.openai.com/v1"
+
+
+def redact_url(url: str) -> str:
+    """The URL without ``user:password@`` and without a query string (either may hold a key)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "(unparseable URL)"
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=netloc, query="", fragment=""))
+
+
+def endpoint_of(embedding: EmbeddingSettings) -> str:
+    """Where history would be sent, as shown to the user and stored in consent.json (no secrets)."""
+    url = endpoint_url(embedding)
+    return url if embedding.provider == "local" else redact_url(url)
+
+
+def endpoint_secret(embedding: EmbeddingSettings) -> str:
+    """A digest of the URL's secret parts (userinfo, query), "" when it has none.
+
+    Consent names the redacted endpoint plus this digest, so a changed password is a new target
+    without the password ever being written down.
+    """
+    url = endpoint_url(embedding)
+    if embedding.provider == "local":
+        return ""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return hashlib.sha256(url.encode("utf-8")).hexdigest()
+    secret = (parts.netloc.rsplit("@", 1)[0] if "@" in parts.netloc else "", parts.query)
+    if not any(secret):
+        return ""
+    return hashlib.sha256(("project-history-recall\0" + "\0".join(secret)).encode("utf-8")).hexdigest()

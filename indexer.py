@@ -51,7 +51,7 @@ def _unit_tokens(unit: str) -> int:
 def chunk_text(text: str, chunk_size: int, overlap: int) -> list[str]:
     """Windows of at most ``chunk_size`` estimated tokens, neighbours sharing ``overlap``.
 
-    The estimate needs no tokenizer and holds for English and CJK alike (docs/design.md).
+    The estimate needs no tokenizer and holds for English and CJK alike (bench/README.md, "Chunk size").
     """
     text = text.strip()
     if not text:
@@ -99,7 +99,8 @@ def embedded_text(chunk: str, previous: Sequence[str], embedding: Any) -> str:
     """What the model sees for a chunk: the conversation just before it, then the chunk.
 
     A turn is often a short reply ("Yes, let's do that") whose topic lives in the turn before
-    it; measured on LoCoMo, one preceding message lifts semantic recall markedly (docs/).
+    it; measured on LoCoMo, one preceding message lifts semantic recall markedly
+    (bench/README.md, "Context").
     """
     context = context_tail(previous, embedding.chunk_size // 4) if previous else ""
     return f"{context}\n{chunk}" if context else chunk
@@ -218,7 +219,7 @@ def embed_pending(
             logger.info("indexing stopped: semantic search is no longer allowed for this project")
             break
         batch, pending.todo = pending.todo[:batch_size], pending.todo[batch_size:]
-        vectors = embedder.embed_documents([text for _, text, _ in batch])
+        vectors = embedder.embed_documents([text for _, text, _ in batch], deadline=deadline)
         rows = [
             (key[0], key[1], key[2], digest, np.asarray(vector, dtype="<f4").tobytes())
             for (key, _, digest), vector in zip(batch, vectors, strict=True)

@@ -244,6 +244,9 @@ COOLDOWN = Cooldown()
 
 # --------------------------------------------------------------------------- the boundary
 
+#: Time the query embedding may take beyond ``index_budget_seconds`` (a search answers within both).
+QUERY_GRACE_SECONDS = 0.5
+
 # A scope this large is checked in the background the first time a process sees it (about 7 s
 # per 100k messages, measured); later checks only read what is newer than the watermarks.
 INLINE_FIRST_CHECK_MESSAGES = 20_000
@@ -282,20 +285,30 @@ def _search(env: HermesEnv, db: HermesDB, scope: Any, query: str, run: bool) -> 
     reason = COOLDOWN.active(fingerprint)
     if reason:
         return SemanticOutcome(status="unavailable", error=reason)
+    # The whole semantic side fits in the budget (issue 8: a hanging provider must not hold the
+    # agent's turn): the query first, so a dead provider costs at most the budget plus a grace,
+    # then inline indexing with what is left; the background indexer takes the rest.
+    started = time.monotonic()
     try:
-        store, status = _bring_up_to_date(env, db, scope, embedder)
-        with store:
-            query_vector = embedder.embed_query(query)
-            matrix = MATRICES.matrix(db, store, fingerprint, session_ids)
+        query_vector = embedder.embed_query(
+            query, deadline=started + embedding.index_budget_seconds + QUERY_GRACE_SECONDS
+        )
+        store, status = _bring_up_to_date(env, db, scope, embedder, started + embedding.index_budget_seconds)
     except EmbeddingUnavailable as error:
         COOLDOWN.start(fingerprint, str(error))
         raise
+    with store:
+        matrix = MATRICES.matrix(db, store, fingerprint, session_ids)
     hits = top_messages(matrix, query_vector, embedding.top_k)
     return SemanticOutcome(rows=_rows(db, hits, embedding), status=status)
 
 
-def _bring_up_to_date(env: HermesEnv, db: HermesDB, scope: Any, embedder: Any) -> tuple[IndexStore, str]:
-    """The one IndexStore of this search, and the index state after at most the inline budget."""
+def _bring_up_to_date(
+    env: HermesEnv, db: HermesDB, scope: Any, embedder: Any, deadline: float
+) -> tuple[IndexStore, str]:
+    """The one IndexStore of this search, and the index state after inline work up to ``deadline``."""
+    from .embedders import EmbeddingUnavailable
+
     embedding = env.settings.embedding
     session_ids = scope.session_ids
     if BACKGROUND.running(env, embedder.fingerprint, session_ids):
@@ -308,16 +321,20 @@ def _bring_up_to_date(env: HermesEnv, db: HermesDB, scope: Any, embedder: Any) -
             if _first_check_is_long(db, store, embedder.fingerprint, session_ids, embedding):
                 complete = False  # reading and hashing a very large project takes seconds
             else:
-                deadline = time.monotonic() + embedding.index_budget_seconds
-                _, complete = build_index(
-                    db,
-                    store,
-                    session_ids,
-                    embedding,
-                    embedder,
-                    deadline,
-                    should_continue=gate_check(scope.identity),
-                )
+                try:
+                    _, complete = build_index(
+                        db,
+                        store,
+                        session_ids,
+                        embedding,
+                        embedder,
+                        deadline,
+                        should_continue=gate_check(scope.identity),
+                    )
+                except EmbeddingUnavailable:
+                    if time.monotonic() < deadline:
+                        raise
+                    complete = False  # a batch cut off by the budget: the background retries it
         except BaseException:
             store.close()
             raise

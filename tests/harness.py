@@ -11,6 +11,7 @@ one loaded plugin serves them all).
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import itertools
 import json
@@ -33,6 +34,7 @@ VENV_BIN = Path(sys.executable).parent
 HERMES = str(VENV_BIN / "hermes")
 
 _ROOT = Path(tempfile.mkdtemp(prefix="phr-tests-"))
+atexit.register(shutil.rmtree, _ROOT, ignore_errors=True)  # nothing left behind in /tmp
 BOOT_HOME = _ROOT / "boot-home"
 BOOT_HOME.mkdir()
 # Hermes freezes DEFAULT_DB_PATH at import: HERMES_HOME must be set before anything imports it.
