@@ -31,6 +31,9 @@ DESCRIPTION = (
 
 logger = logging.getLogger(__name__)
 
+DISABLE_WAIT_SECONDS = 60.0  # longest a running indexer's one request can take (timeout_seconds 20, x3)
+INDEX_WAIT_SECONDS = 3600.0  # `index` waits for another indexer rather than failing
+
 
 class CommandError(Exception):
     """A user-facing failure: printed as one line on stderr, exit code 2."""
@@ -251,9 +254,8 @@ def _enable(args: argparse.Namespace) -> int:
         consent_record,
         destination,
         project_ref,
-        read_consent,
         same_target,
-        write_consent,
+        update_consent,
     )
 
     if args.all_projects and args.project:
@@ -280,31 +282,44 @@ def _enable(args: argparse.Namespace) -> int:
             print("Nothing changed.")
             return 1
 
-    consent = read_consent(env)
-    if same_target(consent, embedding, env.profile) and not consent.get("disabled_at"):
-        refs = [*consent.get("projects", []), *refs]
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    write_consent(env, consent_record(embedding, env.profile, refs, stamp))
+    def agree(consent: dict[str, Any] | None) -> dict[str, Any]:
+        agreed = refs
+        if same_target(consent, embedding, env.profile) and not consent.get("disabled_at"):
+            agreed = [*consent.get("projects", []), *refs]
+        return consent_record(embedding, env.profile, agreed, time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+    update_consent(env, agree)
     _save_plugin_settings({"enabled": True})
     print(f"Enabled. Consent recorded in {env.consent_path}")
     return 0
 
 
 def _disable(args: argparse.Namespace) -> int:
-    from .consent import read_consent, write_consent
+    from .consent import update_consent
     from .hermes_env import HermesEnv
-    from .index_db import purge
+    from .index_db import indexer_lock, purge
 
     env = HermesEnv.current()
     _save_plugin_settings({"enabled": False})
-    consent = read_consent(env)
-    if consent:
-        consent["disabled_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        write_consent(env, consent)
-    print("Semantic search is off; nothing is sent to any embedding provider.")
-    if args.purge:
-        removed = purge(env.index_path)
-        print("Stored vectors deleted." if removed else "No stored vectors to delete.")
+
+    def revoke(consent: dict[str, Any] | None) -> dict[str, Any] | None:
+        if not consent or consent.get("disabled_at"):
+            return None
+        return {**consent, "disabled_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+    update_consent(env, revoke)
+    # Every indexer re-checks consent before each batch; waiting for the lock means one that was
+    # mid-request has finished it and stopped, so nothing at all is sent once this returns.
+    with indexer_lock(env.data_dir, DISABLE_WAIT_SECONDS) as taken:
+        if not taken:
+            raise CommandError(
+                f"semantic search is off, but an indexer did not stop within {DISABLE_WAIT_SECONDS:.0f}s "
+                "(a request to the provider is hanging); it sends nothing more once that request ends"
+            )
+        print("Semantic search is off; nothing is sent to any embedding provider.")
+        if args.purge:
+            removed = purge(env.index_path)
+            print("Stored vectors deleted." if removed else "No stored vectors to delete.")
     return 0
 
 
@@ -314,6 +329,7 @@ def _disable(args: argparse.Namespace) -> int:
 def _index(args: argparse.Namespace) -> int:
     from .consent import read_consent, semantic_gate
     from .embedders import EmbeddingUnavailable
+    from .index_db import indexer_busy
     from .indexer import index_scope
 
     with _opened() as (env, db, projects):
@@ -341,6 +357,8 @@ def _index(args: argparse.Namespace) -> int:
             f"semantic search is not enabled for {names}; run `hermes project-history enable` first"
         )
     embedder = _embedder(env)
+    if indexer_busy(env.data_dir):
+        print("Another process is indexing; waiting for it to finish...", file=sys.stderr)
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -360,12 +378,20 @@ def _index(args: argparse.Namespace) -> int:
 
             try:
                 written, complete = index_scope(
-                    env, group["identity"], group["session_ids"], embedder, progress=report
+                    env,
+                    group["identity"],
+                    group["session_ids"],
+                    embedder,
+                    progress=report,
+                    lock_wait=INDEX_WAIT_SECONDS,
                 )
             except EmbeddingUnavailable as error:
                 raise CommandError(f"embedding provider unavailable: {error}") from None
             if not complete:
-                raise CommandError("another process is indexing right now; try again when it finishes")
+                raise CommandError(
+                    "indexing stopped before the end (semantic search was turned off, or another "
+                    "process kept the index busy); run `hermes project-history status`"
+                )
             total_written += written
     seconds = time.monotonic() - started
     print(

@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .config_schema import EmbeddingSettings, endpoint_of, endpoint_secret
@@ -38,23 +38,37 @@ def read_consent(env: HermesEnv) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def write_consent(env: HermesEnv, record: dict[str, Any]) -> None:
-    """Atomic replace under a lock, 0600: a crash or a second writer never leaves half a consent."""
+def update_consent(
+    env: HermesEnv, change: Callable[[dict[str, Any] | None], dict[str, Any] | None]
+) -> dict[str, Any] | None:
+    """Read, change and write consent.json under one lock: two ``enable`` runs never lose a project.
+
+    ``change`` gets the current record (or None) and returns the new one (None: leave the file).
+    The file is replaced atomically through a unique temporary name and is 0600.
+    """
     path = env.consent_path
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = os.open(path.parent / "consent.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        record = change(read_consent(env))
+        if record is not None:
+            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                    handle.write(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
+        return record
     finally:
         os.close(lock)
+
+
+def write_consent(env: HermesEnv, record: dict[str, Any]) -> None:
+    """Replace the record whole (under the same lock as :func:`update_consent`)."""
+    update_consent(env, lambda _current: record)
 
 
 def project_ref(identity: Mapping[str, Any]) -> str:

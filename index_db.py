@@ -316,21 +316,32 @@ def purge(path: Path) -> bool:
 # --------------------------------------------------------------------------- the indexer lock
 
 
+#: How long an indexer keeps trying for the lock before leaving the work to its holder: long
+#: enough that a status probe holding it for microseconds never makes an indexer give up.
+LOCK_RETRY_SECONDS = 0.25
+
+
 @contextmanager
-def indexer_lock(data_dir: Path, blocking: bool = False) -> Iterator[bool]:
+def indexer_lock(data_dir: Path, wait_seconds: float = LOCK_RETRY_SECONDS) -> Iterator[bool]:
     """One indexer at a time across processes, so two Hermes windows never embed the same text twice.
 
-    Yields whether the lock was taken; a process that does not get it leaves the work to the one
-    that has it. An ``OSError`` (a read-only folder) propagates to the caller's boundary.
+    Yields whether the lock was taken within ``wait_seconds``; a process that does not get it
+    leaves the work to the one that has it. An ``OSError`` (a read-only folder) propagates to
+    the caller's boundary.
     """
     data_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(data_dir / "indexer.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
+        give_up = time.monotonic() + wait_seconds
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= give_up:
+                    yield False
+                    return
+                time.sleep(0.02)
         try:
             yield True
         finally:
@@ -340,8 +351,22 @@ def indexer_lock(data_dir: Path, blocking: bool = False) -> Iterator[bool]:
 
 
 def indexer_busy(data_dir: Path) -> bool:
-    """Is some process (this one included) holding the indexer lock right now?"""
-    if not (data_dir / "indexer.lock").exists():
+    """Is some indexer (of this process or another) holding the lock right now?
+
+    Probed with a shared lock, which never blocks another probe and is held for microseconds,
+    which an indexer's :data:`LOCK_RETRY_SECONDS` outlasts.
+    """
+    path = data_dir / "indexer.lock"
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
         return False
-    with indexer_lock(data_dir) as taken:
-        return not taken
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)

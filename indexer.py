@@ -26,7 +26,7 @@ from typing import Any
 
 from .hermes_db import ChunkKey, HermesDB, message_text
 from .hermes_env import HermesEnv
-from .index_db import BACKGROUND_BUSY_SECONDS, IndexStore, indexer_lock
+from .index_db import BACKGROUND_BUSY_SECONDS, LOCK_RETRY_SECONDS, IndexStore, indexer_lock
 
 logger = logging.getLogger(__name__)
 
@@ -281,9 +281,10 @@ def index_scope(
     embedder: Any,
     deadline: float | None = None,
     progress: Callable[[int, int], None] | None = None,
+    lock_wait: float = LOCK_RETRY_SECONDS,
 ) -> tuple[int, bool]:
-    """Take the lock, open both databases, build. ``(0, False)`` when another indexer has the lock."""
-    with indexer_lock(env.data_dir) as taken:
+    """Take the lock, open both databases, build. ``(0, False)`` when another indexer keeps the lock."""
+    with indexer_lock(env.data_dir, lock_wait) as taken:
         if not taken:
             return 0, False
         with (

@@ -23,6 +23,7 @@ from .consent import consent_request
 from .hermes_db import HermesDB, NoSessionDatabase, message_text
 from .hermes_env import HermesEnv
 from .indexer import CJK_CHARS
+from .redaction import redact_secrets
 from .scope import ProjectMap, Scope
 
 logger = logging.getLogger(__name__)
@@ -328,9 +329,10 @@ def make_snippet(content: Any, needles: Sequence[str], width: int = SNIPPET_CHAR
     """The part of the message around the first matching term, whitespace folded, bounded.
 
     Control characters are removed: a snippet is quoted text for a model and a terminal, and an
-    escape sequence or a bidi override in history must not act on either.
+    escape sequence or a bidi override in history must not act on either. Credential-looking
+    spans are replaced: the tool result goes to the model's provider, off this machine.
     """
-    text = " ".join(_without_controls(message_text(content)).split())
+    text = " ".join(redact_secrets(_without_controls(message_text(content))).split())
     if len(text) <= width:
         return text
     folded = text.casefold()

@@ -18,7 +18,9 @@ client's default: little-endian float32) or ``"float"``; ``dimensions`` shortens
 
 Failure modes, switched with :meth:`EmbeddingServer.set_mode` (optionally for the next N
 requests only): ``down`` (503), ``disconnect`` (connection closed without a response),
-``rate_limited`` (429 with ``Retry-After: 0``), ``slow`` (answers after ``slow_seconds``).
+``rate_limited`` (429 with ``Retry-After: 0``), ``slow`` (answers after ``slow_seconds``),
+``hang`` (never answers), ``drip`` (a status line, then one byte every 2 s, never a whole
+response: the read timeout restarts per byte), ``retry_later`` (429 with ``Retry-After: 3600``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any
 import numpy as np
 from loopback import LoopbackServer
 
-MODES = ("ok", "down", "disconnect", "rate_limited", "slow")
+MODES = ("ok", "down", "disconnect", "rate_limited", "slow", "hang", "drip", "retry_later")
 EmbedFn = Callable[[list[str], bool], Any]
 
 
@@ -137,7 +139,7 @@ class EmbeddingServer(LoopbackServer):
                 self._mode_left -= 1
                 if self._mode_left <= 0:
                     self._mode, self._mode_left = "ok", None
-            if mode not in ("ok", "slow"):
+            if mode not in ("ok", "slow"):  # drip and hang never answer: failures too
                 self.failures += 1
             return mode
 
@@ -180,6 +182,22 @@ class _Handler(BaseHTTPRequestHandler):
     def _error(self, code: int, message: str, kind: str, headers: dict[str, str] | None = None) -> None:
         self._json(code, {"error": {"message": message, "type": kind, "param": None, "code": None}}, headers)
 
+    def _drip(self) -> None:
+        """Headers for a long body, then a byte every 2 s until the client or the server stops."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "1000000")
+        self.end_headers()
+        self.close_connection = True
+        deadline = 120
+        while deadline > 0 and not self.owner._stopping.wait(2.0):
+            deadline -= 2
+            try:
+                self.wfile.write(b" ")
+                self.wfile.flush()
+            except OSError:
+                return
+
     def do_GET(self) -> None:
         if self.path in ("/health", "/v1/health"):
             self._json(200, {"status": "ok"})
@@ -219,6 +237,16 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(429, "rate limit reached", "rate_limit_error", {"Retry-After": "0"})
             return
         if mode == "slow" and owner._stopping.wait(owner.slow_seconds):
+            return
+        if mode == "retry_later":
+            self._error(429, "rate limit reached", "rate_limit_error", {"Retry-After": "3600"})
+            return
+        if mode == "hang":
+            owner._stopping.wait(120)
+            self.close_connection = True
+            return
+        if mode == "drip":
+            self._drip()
             return
 
         if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
