@@ -170,8 +170,12 @@ class Scope:
 
     @property
     def sessions_in_scope(self) -> int:
-        """Sessions of the project, the current one included (spec §七: 1 when alone)."""
-        return len(self.session_ids) + 1
+        """Sessions of the project, the current one included (spec §七: 1 when alone).
+
+        A search with no recorded conversation (the terminal's, by folder) has no current one to
+        add, so the count matches ``hermes project-history status``.
+        """
+        return len(self.session_ids) + (1 if self.current.get("id") else 0)
 
     @property
     def is_home(self) -> bool:
@@ -426,8 +430,10 @@ def _semantic(
     query: str,
     settings: Any,
     run: bool,
+    build: bool = True,
 ) -> tuple[list[dict[str, Any]], str]:
-    """Semantic rows and ``semantic_status``. ``run=False`` reports the state without any work."""
+    """Semantic rows and ``semantic_status``. ``run=False`` reports the state without any work;
+    ``build=False`` searches only a complete index and never starts indexing."""
     from .config_schema import semantic_gate
 
     gate = semantic_gate(
@@ -437,11 +443,17 @@ def _semantic(
         return [], gate
     from . import semantic
 
-    return semantic.search(conn, schema, scope, query, settings, run=run)
+    return semantic.search(conn, schema, scope, query, settings, run=run, build=build)
 
 
-def run_search(query: str, mode: str, limit: int, session_id: str, fallback_cwd: str = "") -> dict[str, Any]:
-    """The tool's answer as a dict (spec §4.5, failure rows of spec §七)."""
+def run_search(
+    query: str, mode: str, limit: int, session_id: str, fallback_cwd: str = "", build_index: bool = True
+) -> dict[str, Any]:
+    """The tool's answer as a dict (spec §4.5, failure rows of spec §七).
+
+    ``build_index=False`` (the terminal's ``search``): semantic search runs only over a complete
+    index and starts no indexing that the exiting process would abandon.
+    """
     db_path = store.state_db_path()
     if not db_path.exists():
         return {"success": False, "error": "session database not found", "code": "no_db"}
@@ -458,7 +470,9 @@ def run_search(query: str, mode: str, limit: int, session_id: str, fallback_cwd:
 
         plan = plan_query(query)
         keyword = keyword_messages(conn, schema, plan, scope.session_ids, limit) if mode != "semantic" else []
-        semantic_rows, status = _semantic(conn, schema, scope, query, settings, run=mode != "keyword")
+        semantic_rows, status = _semantic(
+            conn, schema, scope, query, settings, run=mode != "keyword", build=build_index
+        )
         if mode == "semantic" and not semantic_rows and status not in ("ready", "partial", "indexing"):
             # Semantic search cannot answer: keep the keyword results the agent can still use.
             keyword = keyword_messages(conn, schema, plan, scope.session_ids, limit)
@@ -482,6 +496,10 @@ def run_search(query: str, mode: str, limit: int, session_id: str, fallback_cwd:
         }
     if not result["results"]:
         result["message"] = "No matching messages in this project's other sessions"
+    if status == "unavailable":
+        from . import semantic
+
+        result["semantic_reason"] = semantic.unavailable_reason(settings)
     if status == "consent_required" and mode != "keyword":
         result["semantic_consent"] = consent_request(scope.identity, settings)
     return result
@@ -496,7 +514,7 @@ def consent_request(identity: dict[str, Any], settings: Any) -> dict[str, Any]:
     project = identity.get("name") or identity.get("key") or project_ref(identity)
     profile = store.active_profile_name()
     profile_flag = f"-p {profile} " if profile not in ("default", "custom") else ""
-    command = f"hermes {profile_flag}project-history enable --project {project_ref(identity)} --yes"
+    command = f"hermes {profile_flag}project-history allow --project {project_ref(identity)} --yes"
     where = (
         "this machine (in-process model, nothing leaves it)" if embedding.provider == "local" else endpoint
     )

@@ -406,6 +406,19 @@ def reset_provider_cooldown() -> None:
     _cooldown_until.clear()
 
 
+_last_error: dict[str, str] = {"": ""}
+
+
+def unavailable_reason(settings: Any) -> str:
+    """Why semantic search said ``unavailable``: what is missing, else the provider's last error."""
+    from .runtime import provider_problem, setup_hint
+
+    problem = provider_problem(settings.embedding, store.read_api_key(), settings.problems)
+    if problem:
+        return f"{problem}; run `{setup_hint(settings.embedding.provider)}`"
+    return _last_error.get("", "") or "the embedding provider failed; see `hermes project-history status`"
+
+
 def _status_without_work(
     conn: sqlite3.Connection, schema: store.StateSchema, fingerprint: str, session_ids: Sequence[str]
 ) -> str:
@@ -446,7 +459,13 @@ def _first_check_is_long(
 
 
 def search(
-    conn: sqlite3.Connection, schema: store.StateSchema, scope: Any, query: str, settings: Any, run: bool
+    conn: sqlite3.Connection,
+    schema: store.StateSchema,
+    scope: Any,
+    query: str,
+    settings: Any,
+    run: bool,
+    build: bool = True,
 ) -> tuple[list[dict[str, Any]], str]:
     """Semantic rows for ``query`` in ``scope`` and the index state (consent already checked).
 
@@ -460,16 +479,23 @@ def search(
         embedder = make_embedder(embedding, store.read_api_key())
     except EmbeddingUnavailable as error:
         logger.warning("semantic search unavailable: %s", error)
+        _last_error[""] = str(error)
         return [], "unavailable"
     fingerprint = embedder.fingerprint
     session_ids = scope.session_ids
     if not run:
         return [], _status_without_work(conn, schema, fingerprint, session_ids)
+    if not build:
+        status = _status_without_work(conn, schema, fingerprint, session_ids)
+        if status != "ready":
+            return [], status
     if _cooldown_until.get(fingerprint, 0.0) > time.monotonic():
         return [], "unavailable"
 
     try:
-        if background_running(fingerprint, session_ids) or store.indexer_busy():
+        if not build:
+            pass  # complete (checked above): nothing to index
+        elif background_running(fingerprint, session_ids) or store.indexer_busy():
             status = "indexing"
         elif _first_check_is_long(conn, schema, fingerprint, session_ids, embedding):
             # Reading and hashing a very large project takes seconds: not on the agent's path.
@@ -486,6 +512,7 @@ def search(
         query_vector = embedder.embed_query(query)
     except EmbeddingUnavailable as error:
         _cooldown_until[fingerprint] = time.monotonic() + PROVIDER_COOLDOWN_SECONDS
+        _last_error[""] = str(error)
         logger.warning("semantic search unavailable: %s", error)
         return [], "unavailable"
 
