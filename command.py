@@ -219,7 +219,7 @@ def _status(args: argparse.Namespace) -> int:
     runtime_folder = runtime.runtime_dir()
     print(f"  runtime folder: {runtime_folder} ({'present' if runtime_folder.is_dir() else 'missing'})")
     if problem:
-        print(f"  ! semantic search cannot work: {problem}; run `{runtime.setup_hint(embedding.provider)}`")
+        print(f"  ! semantic search cannot work: {problem}; run {runtime.setup_hint(embedding.provider)}")
     if consent:
         projects = ", ".join(consent.get("projects") or []) or "none"
         if consent.get("disabled_at"):
@@ -284,7 +284,7 @@ def _enable(args: argparse.Namespace) -> int:
     problem = runtime.provider_problem(embedding, store.read_api_key(), settings.problems)
     if problem:
         raise CommandError(
-            f"semantic search cannot work yet ({problem}); run `{runtime.setup_hint(embedding.provider)}`"
+            f"semantic search cannot work yet ({problem}); run {runtime.setup_hint(embedding.provider)}"
         )
     endpoint = endpoint_of(embedding)
     where = (

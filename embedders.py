@@ -634,7 +634,7 @@ def make_embedder(embedding: EmbeddingSettings, api_key: str | None) -> Embedder
     if not has_module("numpy"):
         raise EmbeddingUnavailable(
             f"numpy is not installed for Hermes's Python ({sys.executable}); "
-            f"run `{setup_hint(embedding.provider)}`"
+            f"run {setup_hint(embedding.provider)}"
         )
     provider = embedding.provider
     embedder: Embedder

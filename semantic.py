@@ -415,7 +415,7 @@ def unavailable_reason(settings: Any) -> str:
 
     problem = provider_problem(settings.embedding, store.read_api_key(), settings.problems)
     if problem:
-        return f"{problem}; run `{setup_hint(settings.embedding.provider)}`"
+        return f"{problem}; run {setup_hint(settings.embedding.provider)}"
     return _last_error.get("", "") or "the embedding provider failed; see `hermes project-history status`"
 
 
