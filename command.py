@@ -217,7 +217,8 @@ def _status(args: argparse.Namespace) -> int:
         print(f"  ! {problem}")
     problem = runtime.provider_problem(embedding, api_key, settings.problems)
     runtime_folder = runtime.runtime_dir()
-    print(f"  runtime folder: {runtime_folder} ({'present' if runtime_folder.is_dir() else 'missing'})")
+    if runtime_folder.is_dir():
+        print(f"  packages installed by setup: {runtime_folder}")
     if problem:
         print(f"  ! semantic search cannot work: {problem}; run {runtime.setup_hint(embedding.provider)}")
     if consent:

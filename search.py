@@ -518,7 +518,12 @@ def consent_request(identity: dict[str, Any], settings: Any) -> dict[str, Any]:
     where = (
         "this machine (in-process model, nothing leaves it)" if embedding.provider == "local" else endpoint
     )
+    from .runtime import provider_problem, setup_hint
+
+    problem = provider_problem(embedding, store.read_api_key(), settings.problems)
+    extra = {"setup_needed": f"{problem}; run {setup_hint(embedding.provider)} first"} if problem else {}
     return {
+        **extra,
         "ask_user": (
             f"Semantic search is off until you agree. If enabled, the text of the user and assistant "
             f"messages in this project's conversations ({project}), past and future, is sent to "
