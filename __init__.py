@@ -7,10 +7,13 @@ models are imported on first use.
 
 from __future__ import annotations
 
-from . import command, handlers
+from . import command, handlers, runtime
 
 
 def register(ctx) -> None:
+    # What `hermes project-history setup` installed under $HERMES_HOME (numpy...), appended after
+    # Hermes's own packages: one stat, no import. make_embedder checks again at first use.
+    runtime.ensure_on_path()
     ctx.register_tool(
         name="project_history_search",
         toolset=handlers.TOOLSET,

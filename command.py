@@ -1,9 +1,12 @@
 """``hermes project-history``: the plugin's terminal command.
 
-It is spec §五 step 2's "configuration command": the user (or the agent, after the user said yes
-in chat) runs ``enable`` to record consent; ``status`` shows what is configured, agreed and
-indexed; ``disable`` turns semantic search off (``--purge`` deletes the vectors); ``index`` builds
-the index now; ``search`` is the agent's search for a person at a terminal.
+It is spec §五 step 2's "configuration command": ``setup`` installs and configures an embedding
+provider (``setup_cmd.py``); the user (or the agent, after the user said yes in chat) runs
+``allow`` to record consent; ``status`` shows what is configured, agreed and indexed; ``revoke``
+turns semantic search off (``--purge`` deletes the vectors); ``index`` builds the index now;
+``search`` is the agent's search for a person at a terminal. ``enable``/``disable`` are the old
+names of ``allow``/``revoke`` and still work; the new names cannot be mistaken for
+``hermes plugins enable/disable`` or ``hermes tools enable/disable``.
 
 Hermes ignores a plugin command's return value, so failures end with ``SystemExit`` and a
 non-zero code, and every message names what was wrong.
@@ -24,11 +27,20 @@ from typing import Any
 from .handlers import MODES
 
 DESCRIPTION = (
-    "Search this project's past conversations and manage semantic search: "
-    "status, enable (records your consent), disable, index, search."
+    "Search this project's past conversations and manage semantic search.\n"
+    "Keyword search works without any of this; semantic search needs `setup` and your consent."
 )
 
+EPILOG = """getting started:
+  hermes project-history setup local --yes        install a local model (nothing leaves this machine)
+  hermes project-history allow --all-projects     agree to semantic search (or --project ID)
+  hermes project-history index --all-projects     build the index, with progress
+  hermes project-history search how did we fix the login timeout
 
+`allow`/`revoke` record and withdraw your consent; they are not `hermes plugins enable/disable`
+(which turn the plugin itself on and off). `enable`/`disable` still work as their aliases."""
+
+_PARSER: argparse.ArgumentParser | None = None
 logger = logging.getLogger(__name__)
 
 DISABLE_WAIT_SECONDS = 60.0  # longest a running indexer's one request can take (timeout_seconds 20, x3)
@@ -40,11 +52,21 @@ class CommandError(Exception):
 
 
 def setup_parser(parser: argparse.ArgumentParser) -> None:
+    global _PARSER
+    _PARSER = parser
+    parser.epilog = EPILOG
     sub = parser.add_subparsers(dest="project_history_command", metavar="COMMAND")
 
+    from . import setup_cmd
+
+    setup_cmd.add_parser(sub)
     sub.add_parser("status", help="settings in effect, consent, and per-project index coverage")
 
-    enable = sub.add_parser("enable", help="agree to semantic search for projects and turn it on")
+    enable = sub.add_parser(
+        "allow",
+        aliases=["enable"],
+        help="record your consent to semantic search for projects and turn it on (alias: enable)",
+    )
     enable.add_argument(
         "--project",
         action="append",
@@ -55,16 +77,22 @@ def setup_parser(parser: argparse.ArgumentParser) -> None:
     enable.add_argument("--all-projects", action="store_true", help="agree for every project of this profile")
     enable.add_argument("--yes", action="store_true", help="the user already agreed (e.g. in chat)")
 
-    disable = sub.add_parser("disable", help="turn semantic search off")
+    disable = sub.add_parser(
+        "revoke", aliases=["disable"], help="withdraw consent: semantic search off (alias: disable)"
+    )
     disable.add_argument("--purge", action="store_true", help="also delete every stored vector")
 
-    index = sub.add_parser("index", help="build the semantic index now")
+    index = sub.add_parser("index", help="build the semantic index now, with a progress bar")
     which = index.add_mutually_exclusive_group()
     which.add_argument("--project", metavar="ID", help="project id or slug, repo:<path>, or a folder")
     which.add_argument("--all-projects", action="store_true")
 
-    search = sub.add_parser("search", help="search a project's conversations")
-    search.add_argument("query")
+    search = sub.add_parser(
+        "search",
+        help="search a project's conversations",
+        description="Search a project's conversations. Quotes around the query are optional.",
+    )
+    search.add_argument("query", nargs="+", help="words of the query (no quotes needed)")
     search.add_argument("--mode", choices=MODES, default="hybrid")
     search.add_argument("--limit", type=int, default=3, help="sessions to show, 1 to 10 (default 3)")
     where = search.add_mutually_exclusive_group()
@@ -74,16 +102,35 @@ def setup_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    handlers = {"status": _status, "enable": _enable, "disable": _disable, "index": _index, "search": _search}
+    from . import setup_cmd
+
+    handlers = {
+        "setup": setup_cmd.run,
+        "status": _status,
+        "allow": _enable,
+        "enable": _enable,
+        "revoke": _disable,
+        "disable": _disable,
+        "index": _index,
+        "search": _search,
+    }
     handler = handlers.get(getattr(args, "project_history_command", None) or "")
-    if handler is None:
-        print("usage: hermes project-history {status,enable,disable,index,search} ...", file=sys.stderr)
-        raise SystemExit(2)
+    if handler is None:  # bare `hermes project-history`: full help, as Hermes's own commands do
+        if _PARSER is not None:
+            _PARSER.print_help()
+        else:
+            print("usage: hermes project-history {setup,status,allow,revoke,index,search} ...")
+        return 0
     try:
         code = handler(args) or 0
-    except CommandError as error:
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+    except (CommandError, setup_cmd.SetupError) as error:
         print(f"hermes project-history: {error}", file=sys.stderr)
         code = 2
+    except BrokenPipeError:  # `... | head -1`: the reader has gone; stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        code = 0
     except KeyboardInterrupt:
         code = 130
     except Exception as error:  # one line for the user; the traceback goes to the log once
@@ -171,7 +218,7 @@ def _embedder(env: Any) -> Any:
     from .embedders import make_embedder
     from .semantic import require_runtime
 
-    require_runtime(env.settings.embedding.provider)
+    require_runtime(env.settings.embedding)
     return make_embedder(env.settings.embedding, env.api_key())
 
 
@@ -179,11 +226,12 @@ def _embedder(env: Any) -> Any:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from . import semantic
+    from . import runtime, semantic
     from .config_schema import API_KEY_ENV, endpoint_of
     from .consent import read_consent, semantic_gate
     from .hermes_db import HermesDB, NoSessionDatabase
     from .hermes_env import HermesEnv
+    from .scope import ProjectMap
 
     env = HermesEnv.current()
     settings = env.settings
@@ -198,31 +246,39 @@ def _status(args: argparse.Namespace) -> int:
         f"top_k: {embedding.top_k}  rrf_k: {embedding.rrf_k}  "
         f"weights: keyword {embedding.keyword_weight} / semantic {embedding.semantic_weight}"
     )
-    print(f"  API key ({API_KEY_ENV}): {'set' if env.api_key() else 'not set'}")
+    api_key = env.api_key()
+    print(f"  API key ({API_KEY_ENV}): {'set' if api_key else 'not set'}")
     for problem in settings.problems:
         print(f"  ! {problem}")
+    problem = runtime.provider_problem(embedding, api_key, settings.problems)
+    runtime_folder = runtime.runtime_dir()
+    if runtime_folder.is_dir():
+        print(f"  packages installed by setup: {runtime_folder}")
+    if problem:
+        print(f"  ! semantic search cannot work: {problem}; run {runtime.setup_hint(embedding.provider)}")
     if consent:
-        state = "disabled" if consent.get("disabled_at") else "agreed"
         projects = ", ".join(consent.get("projects") or []) or "none"
+        if consent.get("disabled_at"):
+            when = f"revoked {consent.get('disabled_at')} (given {consent.get('confirmed_at')})"
+        else:
+            when = f"given {consent.get('confirmed_at')}"
         print(
-            f"Consent ({state} {consent.get('confirmed_at')}): {consent.get('provider')} "
+            f"Consent {when}: {consent.get('provider')} "
             f"{consent.get('model')} at {consent.get('endpoint')}; projects: {projects}"
         )
     else:
-        print("Consent: none recorded (semantic search sends nothing until `enable`)")
+        print("Consent: none recorded (semantic search sends nothing until `allow`)")
 
     try:
         db = HermesDB.open(env)
     except NoSessionDatabase:
         print("No session database yet.")
         return 0
-    from .scope import ProjectMap
-
     failure = None
     with db:
         groups = ProjectMap(db).groups()
         indexed: list[Any] = ["n/a"] * len(groups)
-        if embedding.enabled:
+        if embedding.enabled and not problem:
             try:
                 fingerprint = _embedder(env).fingerprint
                 indexed = semantic.index_report(env, db, fingerprint, groups)
@@ -244,10 +300,11 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
-# --------------------------------------------------------------------------- enable / disable
+# --------------------------------------------------------------------------- allow / revoke
 
 
 def _enable(args: argparse.Namespace) -> int:
+    from . import runtime
     from .consent import (
         ALL_PROJECTS,
         WHAT_IS_SENT,
@@ -269,7 +326,13 @@ def _enable(args: argparse.Namespace) -> int:
             ]
             refs, labels = [project_ref(i) for i in identities], [_label(i) for i in identities]
 
-    embedding = env.settings.embedding
+    settings = env.settings
+    embedding = settings.embedding
+    problem = runtime.provider_problem(embedding, env.api_key(), settings.problems)
+    if problem:
+        raise CommandError(
+            f"semantic search cannot work yet ({problem}); run {runtime.setup_hint(embedding.provider)}"
+        )
     print(f"Semantic search will send {WHAT_IS_SENT}")
     print(f"  of: {'; '.join(labels)}")
     print("  what: past conversations now, and new messages as they are searched (history+incremental)")
@@ -290,7 +353,9 @@ def _enable(args: argparse.Namespace) -> int:
 
     update_consent(env, agree)
     _save_plugin_settings({"enabled": True})
-    print(f"Enabled. Consent recorded in {env.consent_path}")
+    print(f"Allowed. Consent recorded in {env.consent_path}")
+    scope = " --all-projects" if args.all_projects else ""
+    print(f"Build the index now: hermes project-history index{scope}")
     return 0
 
 
@@ -316,7 +381,7 @@ def _disable(args: argparse.Namespace) -> int:
                 f"semantic search is off, but an indexer did not stop within {DISABLE_WAIT_SECONDS:.0f}s "
                 "(a request to the provider is hanging); it sends nothing more once that request ends"
             )
-        print("Semantic search is off; nothing is sent to any embedding provider.")
+        print("Consent revoked: semantic search is off; nothing is sent to any embedding provider.")
         if args.purge:
             removed = purge(env.index_path)
             print("Stored vectors deleted." if removed else "No stored vectors to delete.")
@@ -330,6 +395,7 @@ def _index(args: argparse.Namespace) -> int:
     from .consent import read_consent, semantic_gate
     from .embedders import EmbeddingUnavailable
     from .index_db import indexer_busy
+    from .index_progress import IndexProgress
     from .indexer import index_scope
 
     with _opened() as (env, db, projects):
@@ -354,35 +420,23 @@ def _index(args: argparse.Namespace) -> int:
     if refused:
         names = ", ".join(_label(g["identity"]) for g in refused)
         raise CommandError(
-            f"semantic search is not enabled for {names}; run `hermes project-history enable` first"
+            f"semantic search is not enabled for {names}; run `hermes project-history allow` first"
         )
     embedder = _embedder(env)
     if indexer_busy(env.data_dir):
         print("Another process is indexing; waiting for it to finish...", file=sys.stderr)
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     total_written, started = 0, time.monotonic()
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        transient=False,
-    ) as progress:
+    with IndexProgress() as progress:
         for group in chosen:
-            task = progress.add_task(_label(group["identity"]), total=None)
-
-            def report(done: int, total: int, task: Any = task) -> None:
-                progress.update(task, completed=done, total=total)
-
+            counting = progress.track(_label(group["identity"]), embedder)
             try:
                 written, complete = index_scope(
                     env,
                     group["identity"],
                     group["session_ids"],
-                    embedder,
-                    progress=report,
+                    counting,
+                    progress=counting.report,
                     lock_wait=INDEX_WAIT_SECONDS,
                 )
             except EmbeddingUnavailable as error:
@@ -407,14 +461,20 @@ def _index(args: argparse.Namespace) -> int:
 def _search(args: argparse.Namespace) -> int:
     from . import search
 
-    if not args.query.strip():
+    query = " ".join(args.query)
+    if not query.strip():
         raise CommandError("the query is empty")
     if not 1 <= args.limit <= 10:
         raise CommandError("--limit must be from 1 to 10")
     cwd = os.path.abspath(args.cwd) if args.cwd else os.getcwd()
     if args.cwd and not os.path.isdir(cwd):
         raise CommandError(f"no such folder: {args.cwd}")
-    result = search.run_search(args.query, args.mode, args.limit, args.session or "", cwd)
+    if args.session is not None:
+        with _opened() as (_env, db, _projects):
+            if not args.session.strip() or db.session(args.session.strip()) is None:
+                raise CommandError(f"session not found: {args.session}")
+    # build_index=False: a terminal search never starts indexing it would abandon on exit.
+    result = search.run_search(query, args.mode, args.limit, args.session or "", cwd, build_index=False)
     if args.json:
         print(json.dumps(result, ensure_ascii=False, indent=2))
         return 0 if result.get("success") else 1
@@ -446,4 +506,9 @@ def _readable(result: dict[str, Any]) -> str:
     consent = result.get("semantic_consent")
     if consent:
         lines.append(f"Semantic search needs consent: {consent['on_yes_run']}")
+    elif result.get("mode") != "keyword" and result.get("semantic_status") in ("partial", "indexing"):
+        lines.append(
+            "Semantic search skipped: this project's index is not complete (results above are "
+            "keyword matches). Build it with: hermes project-history index"
+        )
     return "\n".join(lines)

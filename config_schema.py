@@ -145,6 +145,15 @@ def parse_settings(spec_section: Any = None, entries_settings: Any = None) -> Se
                 if not check(value):
                     raise ValueError
             except (TypeError, ValueError):
+                if key == "provider":
+                    # Never fall back to the default (a hosted endpoint): keep the unknown name so
+                    # every use fails with this message instead of sending text somewhere else.
+                    problems.append(
+                        f"{where}.embedding.provider = {raw!r} is invalid: expected {expected}; "
+                        "semantic search is unavailable until it is fixed"
+                    )
+                    merged[key] = str(raw)
+                    continue
                 problems.append(
                     f"{where}.embedding.{key} = {raw!r} is invalid: expected {expected}; "
                     f"using {merged.get(key, getattr(EmbeddingSettings, key))!r}"
@@ -165,6 +174,8 @@ def endpoint_url(embedding: EmbeddingSettings) -> str:
     """The URL the provider is called at, credentials included: for the HTTP client only."""
     if embedding.provider == "local":
         return "local:" + (embedding.model_path or "(no model_path set)")
+    if embedding.provider not in PROVIDERS:
+        return f"(unknown provider {embedding.provider!r})"
     if embedding.base_url:
         return embedding.base_url.rstrip("/")
     if embedding.provider == "voyage":

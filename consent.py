@@ -140,22 +140,29 @@ def semantic_gate(
     return "ok"
 
 
-def consent_request(
-    identity: Mapping[str, Any], embedding: EmbeddingSettings, profile: str
-) -> dict[str, Any]:
-    """What the agent should ask the user, and the command that records a yes (spec §五)."""
+def consent_request(env: HermesEnv, identity: Mapping[str, Any]) -> dict[str, Any]:
+    """What the agent should ask the user, and the command that records a yes (spec §五).
+
+    ``setup_needed`` says what to run first when the provider could not work even with a yes.
+    """
+    from .runtime import provider_problem, setup_hint
+
+    embedding, profile = env.settings.embedding, env.profile
     endpoint = endpoint_of(embedding)
+    problem = provider_problem(embedding, env.api_key(), env.settings.problems)
+    extra = {"setup_needed": f"{problem}; run {setup_hint(embedding.provider)} first"} if problem else {}
     ref = project_ref(identity)
     project = identity.get("name") or identity.get("key") or ref
     profile_flag = f"-p {profile} " if profile not in ("default", "custom") else ""
     return {
+        **extra,
         "ask_user": (
             f"Semantic search is off until you agree. If enabled, {WHAT_IS_SENT} in this project's "
             f"conversations ({project}), past and future, is sent to {embedding.provider} model "
             f"'{embedding.model}' at {destination(embedding)} to compute embeddings, which are stored "
             f"locally. Enable it for this project?"
         ),
-        "on_yes_run": f"hermes {profile_flag}project-history enable --project {ref} --yes",
+        "on_yes_run": f"hermes {profile_flag}project-history allow --project {ref} --yes",
         "provider": embedding.provider,
         "model": embedding.model,
         "endpoint": endpoint,

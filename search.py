@@ -385,8 +385,14 @@ def shape_results(
 # --------------------------------------------------------------------------- the whole search
 
 
-def run_search(query: str, mode: str, limit: int, session_id: str, fallback_cwd: str = "") -> dict[str, Any]:
-    """The tool's answer as a dict (spec §4.5, failure rows of spec §七)."""
+def run_search(
+    query: str, mode: str, limit: int, session_id: str, fallback_cwd: str = "", build_index: bool = True
+) -> dict[str, Any]:
+    """The tool's answer as a dict (spec §4.5, failure rows of spec §七).
+
+    ``build_index=False`` (the terminal's ``search``): semantic search runs only over a complete
+    index and starts no indexing that the exiting process would abandon.
+    """
     env = HermesEnv.current()
     try:
         db = HermesDB.open(env)
@@ -403,7 +409,7 @@ def run_search(query: str, mode: str, limit: int, session_id: str, fallback_cwd:
 
         plan = plan_query(query)
         keyword = keyword_messages(db, plan, scope.session_ids, limit) if mode != "semantic" else []
-        outcome = semantic.search(env, db, scope, query, run=mode != "keyword")
+        outcome = semantic.search(env, db, scope, query, run=mode != "keyword", build=build_index)
         if mode == "semantic" and not outcome.rows and outcome.status not in ("ready", "partial", "indexing"):
             # Semantic search cannot answer: keep the keyword results the agent can still use.
             keyword = keyword_messages(db, plan, scope.session_ids, limit)
@@ -431,5 +437,5 @@ def run_search(query: str, mode: str, limit: int, session_id: str, fallback_cwd:
     else:
         result["message"] = "No matching messages in this project's other sessions"
     if outcome.status == "consent_required" and mode != "keyword":
-        result["semantic_consent"] = consent_request(scope.identity, env.settings.embedding, env.profile)
+        result["semantic_consent"] = consent_request(env, scope.identity)
     return result

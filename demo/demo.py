@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -40,9 +40,15 @@ def show(data: dict) -> None:
 
 
 def hermes(*args: str, cwd: Path | None = None) -> str:
+    """Run the real CLI and print it as a command that works when pasted (after the export below)."""
     done = run_hermes(HOME, *args, cwd=cwd)
     output = (done.stdout + done.stderr).strip()
-    print(textwrap.indent(f"$ hermes {' '.join(args)}\n{output}", "   "))
+    command = shlex.join(["hermes", *args])
+    if cwd is not None:
+        command = f"cd {shlex.quote(str(cwd))} && {command}"
+    print(textwrap.indent(f"$ {command}\n{output}", "   "))
+    if done.returncode != 0:
+        raise SystemExit(f"demo failed: {command} exited {done.returncode}")
     return output
 
 
@@ -89,7 +95,7 @@ def main() -> None:
         ("model_path", str(minilm_model_dir())),
     ]
     for key, value in configure:
-        run_hermes(HOME, "config", "set", f"plugins.project-history-recall.embedding.{key}", value, "--force")
+        hermes("config", "set", f"plugins.project-history-recall.embedding.{key}", value, "--force")
     before = world.search(now, "how did we handle the login timeout", mode="hybrid")
     show(before)
 
@@ -105,11 +111,14 @@ def main() -> None:
     show(world.search(now, "PostgreSQL", mode="keyword"))
 
     say("A person at a terminal")
+    hermes("project-history")
     hermes("project-history", "status")
-    hermes("project-history", "search", "login timeout", "--mode", "hybrid", cwd=Path(shop))
+    hermes("project-history", "index", cwd=Path(shop))
+    hermes("project-history", "search", "login", "timeout", "--mode", "hybrid", cwd=Path(shop))
     world.close()
-    shutil.rmtree(ROOT, ignore_errors=True)
-    print("\nDone. (The demo's Hermes home was temporary and has been removed.)")
+    print("\nDone. The demo's Hermes home is kept so the commands above work when pasted:")
+    print(f"   export HERMES_HOME={shlex.quote(str(HOME))}")
+    print(f"Remove it afterwards with: rm -rf {shlex.quote(str(ROOT))}")
 
 
 if __name__ == "__main__":

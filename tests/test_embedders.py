@@ -155,7 +155,7 @@ def test_local_without_runtime_names_the_packages(emb, Settings, minilm, tmp_pat
             patch.setitem(sys.modules, missing, None)  # import raises ImportError
             with pytest.raises(emb.EmbeddingUnavailable) as caught:
                 emb.make_embedder(Settings(provider="local", model_path=str(folder)), None)
-        assert "pip install onnxruntime tokenizers" in str(caught.value)
+        assert "hermes project-history setup local" in str(caught.value)
     # Not cached as a failure: once the runtime is back, the same settings work.
     vector = emb.make_embedder(Settings(provider="local", model_path=str(folder)), None).embed_query("x")
     assert vector.shape == (384,)

@@ -192,16 +192,24 @@ def test_move_to_a_folder_claimed_by_an_older_project_warns(world):
 
 
 def test_move_to_an_unknown_project(world):
-    world.project("A", world.folder("a"))
+    a = world.project("A", world.folder("a"))
     me = world.session(world.folder("a"))
     before = world.table_checksums()
-    assert world.move(me, "p_nothere0") == {"success": False, "error": "project not found: p_nothere0"}
+    assert world.move(me, "p_nothere0") == {
+        "success": False,
+        "error": "project not found: p_nothere0",
+        "projects": [{"id": a, "name": "A"}],  # so the model can retry
+    }
     assert world.table_checksums() == before
 
 
 def test_move_to_an_unknown_project_without_projects_db(world):
     me = world.session(world.folder("a"))
-    assert world.move(me, "p_abc123") == {"success": False, "error": "project not found: p_abc123"}
+    assert world.move(me, "p_abc123") == {
+        "success": False,
+        "error": "project not found: p_abc123",
+        "projects": [],
+    }
     assert not (world.home / "projects.db").exists()
 
 
@@ -287,3 +295,18 @@ def test_move_reports_the_project_the_next_search_uses(world):
         == f"{wt} is also claimed by another project, so this conversation is attributed to App"
     )
     assert session_ids(search) == [mate]
+
+
+def test_move_by_name_and_a_not_found_list_capped_at_20(world):
+    target = world.folder("named")
+    pid = world.project("Billing Service", target)
+    for n in range(21):
+        world.project(f"Other {n}", world.folder(f"other{n}"))
+    me = world.session(world.folder("named"))
+    missing = world.move(me, "no such project")
+    assert missing["success"] is False
+    assert len(missing["projects"]) == 20 and missing["projects_not_listed"] == 2
+    assert set(missing["projects"][0]) == {"id", "name"}
+    moved = world.move(me, "billing service")
+    assert moved["success"], moved
+    assert moved["project"]["id"] == pid

