@@ -274,7 +274,9 @@ def _status(args: argparse.Namespace) -> int:
     except NoSessionDatabase:
         print("No session database yet.")
         return 0
-    failure = None
+    failure = (
+        f"{problem}; run {runtime.setup_hint(embedding.provider)}" if embedding.enabled and problem else None
+    )
     with db:
         groups = ProjectMap(db).groups()
         indexed: list[Any] = ["n/a"] * len(groups)

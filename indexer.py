@@ -148,6 +148,11 @@ class Watermarks:
         with self._lock:
             return dict(self._slots.get((instance, recipe), {}))
 
+    def clear(self) -> None:
+        """Forget every slot: the next pass re-reads whole sessions (as a new process does)."""
+        with self._lock:
+            self._slots.clear()
+
     def advance(self, instance: str, recipe: str, checked_up_to: dict[str, int]) -> None:
         with self._lock:
             self._slots.setdefault((instance, recipe), {}).update(checked_up_to)

@@ -95,6 +95,7 @@ def provider_problem(embedding: Any, api_key: str | None, problems: tuple[str, .
     with a real test embedding for that.
     """
     from .config_schema import API_KEY_ENV, PROVIDERS, endpoint_of
+    from .hermes_env import install_command
 
     ensure_on_path()
     provider = embedding.provider
@@ -106,7 +107,7 @@ def provider_problem(embedding: Any, api_key: str | None, problems: tuple[str, .
             else f"embedding.provider {provider!r} is not one of {', '.join(PROVIDERS)}"
         )
     if not has_module("numpy"):
-        return f"numpy is not installed for Hermes's Python ({sys.executable})"
+        return f"numpy is not installed for Hermes's Python (`{install_command('numpy')}` would install it)"
     if provider in ("openai", "voyage"):
         hosted = ("https://api.openai.com/v1", "https://api.voyageai.com/v1")
         if not api_key and endpoint_of(embedding) in hosted:
@@ -127,7 +128,10 @@ def provider_problem(embedding: Any, api_key: str | None, problems: tuple[str, .
         return f"the local model folder {folder} lacks {' and '.join(missing)}"
     absent = [name for name in ("onnxruntime", "tokenizers") if not has_module(name)]
     if absent:
-        return f"{' and '.join(absent)} not installed for Hermes's Python ({sys.executable})"
+        return (
+            f"{' and '.join(absent)} not installed for Hermes's Python "
+            f"(`{install_command('onnxruntime', 'tokenizers')}` would install them)"
+        )
     return None
 
 

@@ -290,8 +290,8 @@ def _search(env: HermesEnv, db: HermesDB, scope: Any, query: str, run: bool, bui
     require_runtime(embedding)
     embedder = make_embedder(embedding, env.api_key())
     fingerprint, session_ids = embedder.fingerprint, scope.session_ids
+    _writable(env)  # an index that cannot take new messages is reported, whatever the mode
     if not run or not build:
-        _writable(env)
         with IndexStore.open_readonly(env.index_path) as store:
             status = _status_without_work(env, db, store, fingerprint, session_ids)
             if not run or status != "ready":
@@ -403,5 +403,6 @@ def index_report(
     env: HermesEnv, db: HermesDB, fingerprint: str, groups: Sequence[dict[str, Any]]
 ) -> list[int]:
     """Indexed message count per group (CLI ``status``); raises what :func:`describe_failure` explains."""
+    _writable(env)
     with IndexStore.open_readonly(env.index_path) as store:
         return [len(store.indexed_message_ids(fingerprint, g["session_ids"])) for g in groups]

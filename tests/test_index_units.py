@@ -1,0 +1,230 @@
+"""The semantic index's chunking and its upkeep after edits and rewinds (issue 7).
+
+* ``chunk_text`` (module ``indexer`` after the refactor): windows within ``chunk_size`` estimated
+  tokens, neighbours sharing about ``chunk_overlap``, nothing lost or altered, CJK included.
+* End to end with the in-process MiniLM model: a message that got shorter loses its extra chunk
+  rows, a rewound message is never returned, and a hit in a later chunk shows that chunk.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import re
+import sqlite3
+
+import faults
+import pytest
+from harness import session_ids
+
+#: Where ``chunk_text`` lives (``semantic`` before issue 7's refactor, ``indexer`` after it).
+CHUNKER_MODULE = "indexer"
+
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ebef"
+_TOKEN = re.compile(f"[{_CJK}]|[^\\s{_CJK}]+")
+
+
+def tokens(text: str) -> list[str]:
+    """A CJK character is one unit; so is any other run of non-space characters."""
+    return _TOKEN.findall(text)
+
+
+def cost(token: str) -> int:
+    """The README's estimate: a CJK character is about one token, other text about four chars."""
+    return 1 if re.fullmatch(f"[{_CJK}]", token) else max(1, math.ceil(len(token) / 4))
+
+
+def estimate(text: str) -> int:
+    return sum(cost(t) for t in tokens(text))
+
+
+def shared_tokens(before: list[str], after: list[str]) -> int:
+    """How many units end ``before`` and also start ``after`` (the longest such run)."""
+    for k in range(min(len(before), len(after)), 0, -1):
+        if before[-k:] == after[:k]:
+            return k
+    return 0
+
+
+@pytest.fixture(scope="module")
+def chunk_text(plugin):
+    return importlib.import_module(f"{plugin.__name__}.{CHUNKER_MODULE}").chunk_text
+
+
+# --------------------------------------------------------------------------- chunk_text
+
+ENGLISH = " ".join(f"w{n:03d}" for n in range(300))  # 300 distinct one-token words
+MIXED_COST = " ".join(  # one-, three- and five-token words, all distinct
+    (f"w{n:03d}", f"token{n:04d}", f"reconfiguration{n:04d}")[n % 3] for n in range(240)
+)
+CJK = "".join(chr(0x4E00 + n) for n in range(260))  # 260 distinct characters, no spaces
+MIXED_SCRIPT = " ".join(f"修改{n}号服务端 config{n:03d} 已完成。" for n in range(60))
+
+TEXTS = {"english": ENGLISH, "mixed_cost": MIXED_COST, "cjk": CJK, "mixed_script": MIXED_SCRIPT}
+WINDOWS = [(32, 8), (50, 12), (24, 0)]
+
+
+@pytest.mark.parametrize(("chunk_size", "overlap"), WINDOWS, ids=[f"{s}-{o}" for s, o in WINDOWS])
+@pytest.mark.parametrize("kind", list(TEXTS))
+def test_chunks_fit_overlap_and_rebuild_the_text(chunk_text, kind, chunk_size, overlap):
+    text = TEXTS[kind]
+    chunks = chunk_text(text, chunk_size, overlap)
+    assert len(chunks) >= 3, chunks
+    slack = max(cost(t) for t in tokens(text))  # "about": within one unit of the overlap
+
+    rebuilt = list(tokens(chunks[0]))
+    for number, chunk in enumerate(chunks):
+        assert chunk in text, f"chunk {number} is not a verbatim part of the text: {chunk!r}"
+        assert estimate(chunk) <= chunk_size, (number, estimate(chunk), chunk)
+        if number == 0:
+            continue
+        before, after = tokens(chunks[number - 1]), tokens(chunk)
+        k = shared_tokens(before, after)
+        shared = sum(cost(t) for t in after[:k])
+        assert abs(shared - overlap) <= slack, (
+            f"chunks {number - 1} and {number} share {shared} tokens, not about {overlap}"
+        )
+        assert k < len(after), f"chunk {number} adds nothing after its overlap"
+        rebuilt += after[k:]
+    assert rebuilt == tokens(text), "the chunks minus their overlaps do not give the text back"
+
+
+def test_short_and_empty_texts(chunk_text):
+    assert chunk_text("  The invoice export writes CSV.  ", 32, 8) == ["The invoice export writes CSV."]
+    assert chunk_text("短い文章です", 32, 8) == ["短い文章です"]
+    assert chunk_text("   \n ", 32, 8) == []
+
+
+# --------------------------------------------------------------------------- end to end
+
+LONG_FILLER = " ".join(
+    f"Step {n}: the staging deploy copies bundle{n:02d} to the mirror and checks its signature."
+    for n in range(12)
+)
+GARDEN = (
+    "Tomato seedlings in the greenhouse need compost, gentle watering every morning, and stakes "
+    "once they reach a hand high. Basil grows well beside them and keeps aphids away from the "
+    "young leaves while the peppers ripen slowly in the sun by the south wall."
+)
+REPLICA = (
+    "Separately, the Postgres replica in Frankfurt keeps falling behind the primary: replication "
+    "lag reaches forty seconds during the nightly batch, so a failover would lose recent writes. "
+    "We will move the WAL archive to faster disks and alert when lag exceeds five seconds."
+)
+FIRST_PART_ONLY = ("Tomato", "seedlings", "greenhouse")
+SECOND_PART = ("replica", "replication", "lag", "failover", "Frankfurt", "WAL")
+
+
+@pytest.fixture
+def small_chunks(world, plugin):
+    """Semantic search on (local MiniLM, consented) with small chunks: long messages make several."""
+    faults.enable_local_semantic(plugin, chunk_size=32, chunk_overlap=8, index_budget_seconds=120)
+    world.repo = world.folder("app", git=True)
+    world.pid = world.project("App", world.repo)
+    world.chunker = any_chunker(plugin)
+    return world
+
+
+def any_chunker(plugin):
+    """The plugin's ``chunk_text`` wherever it lives: these tests check behaviour, not layout."""
+    for module in (CHUNKER_MODULE, "semantic"):
+        try:
+            return importlib.import_module(f"{plugin.__name__}.{module}").chunk_text
+        except (ImportError, AttributeError):
+            continue
+    raise AssertionError("the plugin has no chunk_text")
+
+
+def chunk_rows(world, message_id: int) -> list[int]:
+    """Chunk indexes stored for a message in embeddings.db (every model), in order."""
+    uri = faults.embeddings_db(world.home).resolve().as_uri() + "?mode=ro"
+    conn = sqlite3.connect(uri, uri=True)
+    try:
+        rows = conn.execute(
+            "SELECT chunk_index FROM chunks WHERE message_id = ? ORDER BY chunk_index", (message_id,)
+        ).fetchall()
+    finally:
+        conn.close()
+    return [row[0] for row in rows]
+
+
+def test_an_edited_message_loses_its_extra_chunks(small_chunks, plugin):
+    """Hermes 0.19 never rewrites a message's content (only ``active``/``compacted``/``api_content``),
+    so a pass reads a message again only when it has no watermark for its session: a new process,
+    a new index. Such a pass drops the chunks past the message's new end."""
+    world = small_chunks
+    session = world.session(world.repo, title="Deploy steps")
+    (long_id, _) = world.add(
+        session, [("user", LONG_FILLER), ("assistant", "All twelve steps are scripted.")]
+    )
+    current = world.session(world.repo, [("user", "hi")])
+    expected_before = len(world.chunker(LONG_FILLER, 32, 8))
+    assert expected_before >= 4
+
+    first = world.search(current, "copying bundles to the mirror", mode="semantic")
+    assert first["semantic_status"] == "ready", first
+    assert chunk_rows(world, long_id) == list(range(expected_before))
+
+    shorter = "Step 1: the staging deploy copies the bundle to the mirror."
+    conn = sqlite3.connect(world.home / "state.db")
+    try:
+        conn.execute("UPDATE messages SET content = ? WHERE id = ?", (shorter, long_id))
+        conn.commit()
+    finally:
+        conn.close()
+    expected_after = len(world.chunker(shorter, 32, 8))
+    assert expected_after == 1
+
+    plugin.indexer.WATERMARKS.clear()  # as a new process starts
+    again = world.search(current, "copying bundles to the mirror", mode="semantic")
+    assert again["success"], again
+    assert chunk_rows(world, long_id) == list(range(expected_after)), (
+        "chunks past the edited message's new end are still stored"
+    )
+
+
+def test_a_rewound_message_is_never_returned(small_chunks):
+    world = small_chunks
+    session = world.session(world.repo, [("user", "Morning! Quick question first.")], title="Garden")
+    (garden_id, _) = world.add(session, [("user", GARDEN), ("assistant", "Stake them early.")])
+    world.session(world.repo, [("user", "The coffee machine on floor two is broken again")])
+    current = world.session(world.repo, [("user", "hi")])
+    query = "tomato seedlings greenhouse compost"
+
+    for mode in ("semantic", "hybrid"):
+        found = world.search(current, query, mode=mode, limit=10)
+        assert garden_id in [r["message_id"] for r in found["results"]], (mode, found)
+
+    world.db.rewind_to_message(session, garden_id)
+    for mode in ("semantic", "hybrid"):
+        after = world.search(current, query, mode=mode, limit=10)
+        assert after["success"], after
+        assert garden_id not in [r["message_id"] for r in after["results"]], (mode, after)
+        assert all("Tomato" not in r["snippet"] for r in after["results"]), (mode, after)
+
+    # Undone with Hermes's own API: the message (and its stored vectors) are found again.
+    assert world.db.restore_rewound(session, garden_id) == 2
+    back = world.search(current, query, mode="semantic", limit=10)
+    assert garden_id in [r["message_id"] for r in back["results"]], back
+
+
+def test_a_hit_in_a_later_chunk_shows_that_chunk(small_chunks):
+    world = small_chunks
+    text = GARDEN + " " + REPLICA
+    chunks = world.chunker(text, 32, 8)
+    # Preconditions on the text: the garden words live only in chunk 0, the replica words later.
+    assert all(word in chunks[0] for word in FIRST_PART_ONLY)
+    assert not any(word in chunk for chunk in chunks[1:] for word in FIRST_PART_ONLY)
+    assert not any(word in chunks[0] for word in SECOND_PART)
+
+    mixed = world.session(world.repo, [("user", text)], title="Garden and database")
+    world.session(world.repo, [("user", "The coffee machine on floor two is broken again")])
+    current = world.session(world.repo, [("user", "hi")])
+
+    result = world.search(current, "database standby lagging behind the main server", mode="semantic")
+    assert result["semantic_status"] == "ready", result
+    assert session_ids(result)[0] == mixed, result
+    snippet = result["results"][0]["snippet"]
+    assert result["results"][0]["score_source"] == "semantic"
+    assert any(word in snippet for word in SECOND_PART), snippet
+    assert not any(word in snippet for word in FIRST_PART_ONLY), snippet
