@@ -127,9 +127,12 @@ class HermesEnv:
             return None
 
     # -- folders
-    def junk_roots(self) -> tuple[str, ...]:
-        """Folders that are never an automatic repo project (as on the desktop)."""
-        return (str(Path.home()), str(self.home))
+    def junk_folders(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Git roots that are never an automatic repo project, as on the desktop
+        (``_is_repo_junk``): the home folder itself, and ``HERMES_HOME`` with everything under it
+        (a repository in ``$HERMES_HOME/plugins/`` is a plugin, not a project). As (exact roots,
+        trees); :mod:`scope` adds their real paths."""
+        return (str(Path.home()),), (str(self.home),)
 
     def home_folder(self) -> str:
         """Where "move to Home" puts a conversation: ``terminal.cwd`` if it names a folder, else ~."""
