@@ -243,7 +243,7 @@ def conversation_roots(continues: Mapping[str, str | None]) -> dict[str, str]:
     context (``None`` when it starts a conversation). A chain whose start is unknown, or a loop,
     ends at the last session seen, so every session gets exactly one root.
     """
-    roots: dict[str, str] = {}
+    roots = {sid: sid for sid, parent in continues.items() if not parent}
     for start in continues:
         path = []
         current = start

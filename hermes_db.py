@@ -102,7 +102,27 @@ def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
     return [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
 
 
-def detect_schema(conn: sqlite3.Connection) -> StateSchema:
+_SCHEMAS: dict[tuple[str, int], StateSchema] = {}
+
+
+def detect_schema(conn: sqlite3.Connection, path: Path | None = None) -> StateSchema:
+    """What this state.db has; remembered per file and ``PRAGMA schema_version`` (which changes
+    with every schema change), so a call pays one pragma instead of four reads."""
+    key = None
+    if path is not None:
+        key = (str(path), conn.execute("PRAGMA schema_version").fetchone()[0])
+        known = _SCHEMAS.get(key)
+        if known is not None:
+            return known
+    schema = _detect_schema(conn)
+    if key is not None:
+        if len(_SCHEMAS) > 32:
+            _SCHEMAS.clear()
+        _SCHEMAS[key] = schema
+    return schema
+
+
+def _detect_schema(conn: sqlite3.Connection) -> StateSchema:
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if not {"sessions", "messages"} <= tables:
         raise NoSessionDatabase("state.db has no sessions yet")
@@ -176,7 +196,7 @@ class HermesDB:
             raise NoSessionDatabase("state.db not found")
         conn = connect_readonly(env.state_db)
         try:
-            return cls(env, conn, detect_schema(conn))
+            return cls(env, conn, detect_schema(conn, env.state_db))
         except BaseException:
             conn.close()
             raise

@@ -42,11 +42,16 @@ def _active_profile_name() -> str:
 
 
 def _load_config() -> dict[str, Any]:
-    """Hermes's config.yaml as Hermes reads it (mtime-cached by Hermes, so cheap per call)."""
-    try:
-        from hermes_cli.config import load_config
+    """Hermes's config.yaml as Hermes reads it (mtime-cached by Hermes, so cheap per call).
 
-        return load_config() or {}
+    The plugin only reads it, so Hermes's read-only accessor is used where it exists: it skips
+    the defensive deep copy, which is most of a keyword search's own time otherwise.
+    """
+    try:
+        from hermes_cli import config as hermes_config
+
+        load = getattr(hermes_config, "load_config_readonly", None) or hermes_config.load_config
+        return load() or {}
     except Exception:
         logger.warning("could not load config.yaml; using defaults", exc_info=True)
         return {}
@@ -58,7 +63,7 @@ class HermesEnv:
 
     home: Path
     profile: str
-    config: dict[str, Any] = field(repr=False)
+    config: dict[str, Any] = field(repr=False)  # Hermes's cached dict: never modify it
 
     @classmethod
     def current(cls) -> HermesEnv:

@@ -75,9 +75,9 @@ class Snapshot:
     """Every session's place, for one state of the data."""
 
     token: tuple
-    ids: list[str]  # every session, oldest first
     roots: dict[str, str]  # session -> first session of its compression chain
-    members: dict[tuple[str, str], list[str]]  # scope key -> its visible sessions, oldest first
+    chains: dict[str, list[str]]  # first session -> every session of the chain, oldest first
+    members: dict[tuple[str, str], dict[str, str]]  # scope key -> visible session -> conversation
     identities: dict[tuple[str, str], dict[str, Any]]  # scope key -> identity
     pending: list[str]  # visible sessions waiting for git
 
@@ -293,49 +293,59 @@ class ProjectMap:
 
     # ------------------------------------------------------------------- snapshot
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, token: tuple | None = None) -> Snapshot:
         """Every session's project, rebuilt only when something it depends on changed."""
         home = self.home
         with home.lock:
-            token = self._token()
+            token = token or self._token()
             if home.snapshot is not None and home.snapshot.token == token:
                 return home.snapshot
             self._refresh_inputs(token[1], token[3])
             links = self.db.session_links()
-            known, pending_pairs = self._canonical(((cwd, root) for _, cwd, root, _, _ in links), ())
-            roots = attribution.conversation_roots({sid: continues for sid, _, _, _, continues in links})
-            members: dict[tuple[str, str], list[str]] = {}
+            pairs = {(cwd, root) for _, cwd, root, _, _ in links}
+            known, pending_pairs = self._canonical(pairs, ())
             identities: dict[tuple[str, str], dict[str, Any]] = {}
+            key_of: dict[tuple, tuple[str, str] | None] = {}  # per distinct pair; None: not a project
+            for pair in pairs:
+                if pair in pending_pairs:
+                    continue
+                identity = self._identity(known[pair])
+                key = attribution.scope_key(identity)
+                key_of[pair] = None if key[0] == "home" else key
+                if key[0] != "home":
+                    identities.setdefault(key, identity)
+            roots = attribution.conversation_roots({sid: continues for sid, _, _, _, continues in links})
+            members: dict[tuple[str, str], dict[str, str]] = {}
+            chains: dict[str, list[str]] = {}
             pending: list[str] = []
             for sid, cwd, root, visible, _ in links:
+                conversation = roots[sid]
+                chains.setdefault(conversation, []).append(sid)
                 if not visible:
                     continue
                 pair = (cwd, root)
                 if pair in pending_pairs:
                     pending.append(sid)
                     continue
-                identity = self._identity(known[pair])
-                key = attribution.scope_key(identity)
-                if key[0] == "home":
-                    continue
-                identities.setdefault(key, identity)
-                members.setdefault(key, []).append(sid)
+                key = key_of[pair]
+                if key is not None:
+                    members.setdefault(key, {})[sid] = conversation
             home.snapshot = Snapshot(
                 token=token,
-                ids=[link[0] for link in links],
                 roots=roots,
+                chains=chains,
                 members=members,
-                identities=identities,
+                identities={key: identities[key] for key in members},
                 pending=pending,
             )
             return home.snapshot
 
     # ------------------------------------------------------------------- questions
 
-    def identity(self, row: dict[str, Any]) -> dict[str, Any]:
+    def identity(self, row: dict[str, Any], token: tuple | None = None) -> dict[str, Any]:
         """The project of one row, asking git now if its folder needs it (never pending)."""
         with self.home.lock:
-            token = self._token()
+            token = token or self._token()
             self._refresh_inputs(token[1], token[3])
             pair = (row.get("cwd"), row.get("git_repo_root"))
             known, _ = self._canonical([], [pair])
@@ -347,24 +357,24 @@ class ProjectMap:
     def conversation(self, session_id: str) -> list[str]:
         """Every session of the conversation ``session_id`` belongs to, oldest first."""
         snap = self.snapshot()
-        root = snap.roots.get(session_id, session_id)
-        chain = [sid for sid in snap.ids if snap.roots.get(sid) == root]
-        return chain or [session_id]
+        return list(snap.chains.get(snap.roots.get(session_id, session_id), [session_id]))
 
     def resolve_scope(self, session_id: str, fallback_cwd: str = "") -> Scope:
         current = self.db.session(session_id) if session_id else None
         if current is None:
             current = {"id": session_id or "", "cwd": fallback_cwd or None, "git_repo_root": None}
-        identity = self.identity(current)
-        if identity["kind"] == "home":
-            return Scope(identity=identity, current=current, session_ids=[])
-        snap = self.snapshot()
+        with self.home.lock:
+            token = self._token()
+            identity = self.identity(current, token)
+            if identity["kind"] == "home":
+                return Scope(identity=identity, current=current, session_ids=[])
+            if self.probe.generation != token[4]:  # git answered for the current folder just now
+                token = self._token()
+            snap = self.snapshot(token)
         own = snap.roots.get(current["id"], current["id"])
-        conversation_of = {
-            sid: snap.roots.get(sid, sid)
-            for sid in snap.members.get(attribution.scope_key(identity), [])
-            if snap.roots.get(sid, sid) != own
-        }
+        conversation_of = dict(snap.members.get(attribution.scope_key(identity), {}))
+        for sid in snap.chains.get(own, ()):
+            conversation_of.pop(sid, None)
         return Scope(
             identity=identity,
             current=current,
