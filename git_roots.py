@@ -12,8 +12,8 @@ repo projects without asking git. This module answers, deterministically:
 - :meth:`GitProbe.answers`: git's answer per marker (``rev-parse --git-common-dir
   --show-toplevel``), cached in memory and persisted in ``git_roots.db`` in the plugin's data
   folder (one row per marker), so a new process does not ask again. An answer stays valid while
-  the marker's ``.git`` entry is the same (inode, and size/mtime for a worktree's ``.git`` file)
-  and for at most :data:`ANSWER_TTL_SECONDS`. The store is a cache: any failure of it is logged
+  the marker's ``.git`` entry is the same (inode and mtime; size too for a worktree's ``.git``
+  file) and for at most :data:`ANSWER_TTL_SECONDS`. The store is a cache: any failure of it is logged
   and ignored, never failing a search.
 
 Git runs at most :data:`PROBE_WORKERS` at a time, in one pool shared by the process. A caller
@@ -123,7 +123,9 @@ def _git_entry_signature(marker: str) -> str:
     except (OSError, ValueError):
         return ""
     if stat.S_ISDIR(st.st_mode):
-        return f"d:{st.st_dev}:{st.st_ino}"
+        # mtime: a repository re-created in place may get the same inode; git's own commands
+        # touch .git too, which only costs one more run of git for that repository.
+        return f"d:{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}"
     # A linked worktree or a submodule: a "gitdir: ..." file; its content decides.
     return f"f:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
 

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import attribution
-from .git_roots import FILL_BUDGET_SECONDS, PROBE, STORE_NAME, GitProbe
+from . import attribution, git_roots
+from .git_roots import PROBE, STORE_NAME, GitProbe
 from .hermes_db import HermesDB, connect_readonly
 
 Triple = tuple[str, str, str]  # canonical (cwd, git root, worktree root)
@@ -179,7 +179,7 @@ class ProjectMap:
     def __init__(self, db: HermesDB, probe: GitProbe = PROBE, budget_seconds: float | None = None) -> None:
         self.db = db
         self.probe = probe
-        self.budget_seconds = FILL_BUDGET_SECONDS if budget_seconds is None else budget_seconds
+        self.budget_seconds = git_roots.FILL_BUDGET_SECONDS if budget_seconds is None else budget_seconds
         self.home = HOMES.get(db.env.state_db, db.env.projects_db)
         self.store = db.env.data_dir / STORE_NAME
 
