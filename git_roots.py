@@ -56,8 +56,9 @@ _GIT_ENV_DROPPED = ("GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_INDEX_FIL
 NO_REPO = ("", "")
 
 
-def _run_git(cwd: str, *args: str) -> str:
-    """``git -C cwd ...``: stripped stdout, or "" on any failure. Never takes a lock in the repo."""
+def _git(cwd: str, *args: str) -> str | None:
+    """``git -C cwd ...``: stripped stdout; "" when git said no (not a repository, ...); None when
+    git gave no answer (not installed, timed out). Never takes a lock in the repo."""
     env = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_DROPPED}
     env.update(GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0")
     try:
@@ -73,16 +74,22 @@ def _run_git(cwd: str, *args: str) -> str:
             env=env,
         )
     except (OSError, subprocess.SubprocessError, ValueError):
-        return ""
+        return None
     return result.stdout.strip() if result.returncode == 0 else ""
 
 
-def _probe_repo_roots(cwd: str) -> tuple[str, str]:
+def _run_git(cwd: str, *args: str) -> str:
+    return _git(cwd, *args) or ""
+
+
+def _probe_repo_roots(cwd: str) -> tuple[str, str] | None:
     """(common root, worktree root): the main repository folding linked worktrees (what Hermes
-    stores), and the top of the checkout the cwd is in (differs in a linked worktree)."""
-    lines = _run_git(
-        cwd, "rev-parse", "--path-format=absolute", "--git-common-dir", "--show-toplevel"
-    ).splitlines()
+    stores), and the top of the checkout the cwd is in (differs in a linked worktree).
+    ``NO_REPO`` when git says it is in none; None when git gave no answer (nothing is learnt)."""
+    out = _git(cwd, "rev-parse", "--path-format=absolute", "--git-common-dir", "--show-toplevel")
+    if out is None:
+        return None
+    lines = out.splitlines()
     if len(lines) != 2:
         return NO_REPO
     git_dir, toplevel = os.path.realpath(lines[0]), os.path.realpath(lines[1])
@@ -311,7 +318,10 @@ class GitProbe:
             return answer
         return None
 
-    def _learn(self, marker: str, roots: tuple[str, str]) -> None:
+    def _learn(self, marker: str, roots: tuple[str, str] | None) -> None:
+        if roots is None:  # git did not answer: ask again next time, remember nothing
+            logger.debug("git gave no answer for %s", marker)
+            return
         answer = Answer(_git_entry_signature(marker), roots[0], roots[1], time.time())
         with self._lock:
             self._answers[marker] = answer

@@ -182,6 +182,7 @@ class ProjectMap:
         self.budget_seconds = git_roots.FILL_BUDGET_SECONDS if budget_seconds is None else budget_seconds
         self.home = HOMES.get(db.env.state_db, db.env.projects_db)
         self.store = db.env.data_dir / STORE_NAME
+        self.unsure: set[tuple] = set()  # rows asked about now whose folder git did not answer for
 
     # ------------------------------------------------------------------- inputs
 
@@ -278,8 +279,15 @@ class ProjectMap:
         for pair, marker in waiting.items():
             if marker in answers:
                 known[pair] = self._with_answer(probe.real(pair[0]), probe.real(pair[1]), answers[marker])
+            elif pair in first:  # git gave no answer even now: what Hermes recorded, this call only
+                self.unsure.add(pair)
             else:
                 pending.add(pair)
+        if self.unsure:
+            known = {
+                **known,
+                **{pair: (probe.real(pair[0]), probe.real(pair[1]), "") for pair in self.unsure},
+            }
         return known, pending
 
     def _token(self) -> tuple:
@@ -367,7 +375,7 @@ class ProjectMap:
             token = self._token()
             identity = self.identity(current, token)
             if identity["kind"] == "home":
-                return Scope(identity=identity, current=current, session_ids=[])
+                return Scope(identity=identity, current=current, session_ids=[], pending=len(self.unsure))
             if self.probe.generation != token[4]:  # git answered for the current folder just now
                 token = self._token()
             snap = self.snapshot(token)
@@ -380,7 +388,7 @@ class ProjectMap:
             current=current,
             session_ids=list(conversation_of),
             conversation_of=conversation_of,
-            pending=len(snap.pending),
+            pending=len(snap.pending) + (1 if self.unsure else 0),
         )
 
     def groups(self) -> list[dict[str, Any]]:

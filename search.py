@@ -405,7 +405,13 @@ def run_search(query: str, mode: str, limit: int, session_id: str, fallback_cwd:
         if scope.is_home:
             has_cwd = bool((scope.current.get("cwd") or "").strip())
             message = NO_PROJECT_FOR_CWD if has_cwd else NO_PROJECT_CONTEXT
-            return {"success": True, "results": [], "message": message, "sessions_in_scope": 0}
+            return {
+                "success": True,
+                "results": [],
+                "message": message,
+                "sessions_in_scope": 0,
+                **_completeness(scope),
+            }
         if not scope.session_ids:
             return {
                 "success": True,

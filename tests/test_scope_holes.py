@@ -191,6 +191,20 @@ def test_slow_git_for_other_folders_is_reported_not_silently_narrowed(world, git
     assert later["sessions_in_scope"] == 5
 
 
+def test_git_giving_no_answer_is_said_and_not_remembered(world, git_roots, monkeypatch):
+    repo = world.git_repo("code/app")
+    other = world.session(world.folder("code/app/lib"), [("user", "avocet")])
+    current = world.session(repo)
+    real = git_roots._git
+    monkeypatch.setattr(git_roots, "_git", lambda cwd, *args: None)  # timed out, say
+    unsure = world.search(current, "avocet")
+    assert unsure == {**NO_PROJECT_FOR_CWD, "scope_complete": False, "sessions_pending": 1}
+    monkeypatch.setattr(git_roots, "_git", real)
+    result = world.search(current, "avocet")
+    assert (result["project"], session_ids(result)) == ({"kind": "auto", "key": repo}, [other])
+    assert "scope_complete" not in result
+
+
 def test_git_answers_persist_in_the_plugins_own_file(world, git_roots, git_runs):
     repo = world.git_repo("code/app")
     other = world.session(world.folder("code/app/lib"), [("user", "tern")])
