@@ -363,9 +363,15 @@ class ProjectMap:
         return self.identity({"cwd": folder, "git_repo_root": None})
 
     def conversation(self, session_id: str) -> list[str]:
-        """Every session of the conversation ``session_id`` belongs to, oldest first."""
-        snap = self.snapshot()
-        return list(snap.chains.get(snap.roots.get(session_id, session_id), [session_id]))
+        """Every session of the conversation ``session_id`` belongs to, oldest first.
+
+        Read from the data directly: a move needs the chain, not everyone's project (which could
+        wait for git about other folders).
+        """
+        links = self.db.session_links()
+        roots = attribution.conversation_roots({sid: continues for sid, _, _, _, continues in links})
+        own = roots.get(session_id, session_id)
+        return [sid for sid, *_ in links if roots[sid] == own] or [session_id]
 
     def resolve_scope(self, session_id: str, fallback_cwd: str = "") -> Scope:
         current = self.db.session(session_id) if session_id else None
