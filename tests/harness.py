@@ -43,6 +43,7 @@ _IGNORED = shutil.ignore_patterns(
     ".git",
     ".venv",
     ".cache",
+    ".hypothesis",
     "__pycache__",
     "*.pyc",
     "tests",
