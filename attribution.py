@@ -2,14 +2,25 @@
 
 This mirrors the Hermes desktop's project tree (``tui_gateway/project_tree.py``) so the agent and
 the sidebar agree: paths compare by segments, never by string prefix (``/a/proj`` does not own
-``/a/proj2``); trailing separators are ignored; Windows paths (drive letter, UNC, backslash-rooted)
-fold case while POSIX paths stay case-sensitive; the deepest matching folder wins; a git root that
-does not contain the cwd is stale (Hermes 0.19 cannot clear it after a move) and is ignored.
+``/a/proj2``); the deepest matching folder wins; a git root that does not contain the cwd is
+stale (Hermes 0.19 cannot clear it after a move) and is ignored.
 
-No I/O happens here. Callers pass the session row, the projects (``projects_db`` dicts with their
-folders) and the roots that can never be an automatic repo (the home folder, ``HERMES_HOME``).
-Both search paths decide "same project" through :func:`same_project`, so the keyword and semantic
-results can never disagree about scope.
+Paths are compared in one normal form (:func:`path_parts`), with two deliberate differences from
+the desktop (``docs/scope.md``):
+
+- A POSIX path (one that starts with ``/``) splits on ``/`` only and keeps its case: a
+  backslash is an ordinary character of a POSIX file name (``/x/app\\evil`` is a folder *next
+  to* ``/x/app``), and ``//x/APP`` is ``/x/APP`` (Linux reads two leading slashes as one), not a
+  UNC share. Windows rules (split on both separators, fold case) apply to real Windows paths
+  only: a drive letter (``C:\\``, ``c:/``) or a leading backslash (``\\\\srv\\share``, ``\\Users``).
+- ``.`` and ``..`` segments are resolved lexically (``/x/app/../app2`` is ``/x/app2``), and a
+  ``..`` never climbs above the root, a drive or a UNC share. A relative path is no place.
+
+Symlinks are resolved by the caller (:mod:`scope` passes every path through
+:func:`git_roots.real_path` first), because that needs the filesystem; nothing here does I/O.
+Callers pass the session row, the projects (``projects_db`` dicts with their folders) and the
+roots that can never be an automatic repo. Every search path decides "same project" through
+:func:`same_project`, so keyword and semantic results can never disagree about scope.
 """
 
 from __future__ import annotations
@@ -19,44 +30,79 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 Identity = dict[str, Any]
+Parts = tuple[str, ...]
 
-_DRIVE_OR_UNC = re.compile(r"^[A-Za-z]:([/\\]|$)")
-_SEPARATORS = re.compile(r"[/\\]+")
+_DRIVE = re.compile(r"^([A-Za-z]):(?:[/\\]|$)")
+_WINDOWS_SEPARATORS = re.compile(r"[/\\]")
 
 HOME: Identity = {"kind": "home"}
 
+# The first element of a path's parts says what kind of place it is, so a POSIX folder and a
+# Windows folder with the same names can never be confused: "/" (POSIX root), "c:" (a drive),
+# "//" (a UNC share: server and share follow) and "\\" (the root of the current Windows drive).
+POSIX_ROOT, UNC_ROOT, DRIVE_RELATIVE_ROOT = "/", "//", "\\"
 
-def is_windows_path(path: str) -> bool:
-    """Drive-letter (``C:\\``), UNC (``\\\\srv``, ``//srv``) or backslash-rooted paths."""
+
+def is_windows_path(path: str | None) -> bool:
+    """A drive-letter (``C:\\``, ``c:/``) or backslash-rooted (``\\\\srv``, ``\\Users``) path."""
     value = (path or "").strip()
-    return bool(_DRIVE_OR_UNC.match(value)) or value.startswith(("\\", "//"))
+    return bool(_DRIVE.match(value)) or value.startswith("\\")
+
+
+def path_parts(path: str | None) -> Parts:
+    """The comparison form of an absolute path: its root kind, then its normalised segments.
+
+    ``()`` for an empty or relative path (it names no place). Windows segments are case-folded.
+    """
+    value = (path or "").strip()
+    drive = _DRIVE.match(value)
+    if drive:
+        anchor, rest, fixed, windows = drive.group(1).casefold() + ":", value[2:], 0, True
+    elif value.startswith(("\\\\", "\\/")):
+        anchor, rest, fixed, windows = UNC_ROOT, value[2:], 2, True  # server and share stay
+    elif value.startswith("\\"):
+        anchor, rest, fixed, windows = DRIVE_RELATIVE_ROOT, value[1:], 0, True
+    elif value.startswith("/"):
+        anchor, rest, fixed, windows = POSIX_ROOT, value[1:], 0, False
+    else:
+        return ()
+    parts = [anchor]
+    for segment in _WINDOWS_SEPARATORS.split(rest) if windows else rest.split("/"):
+        if segment in ("", "."):
+            continue
+        if segment == "..":
+            if len(parts) > 1 + fixed:
+                parts.pop()
+            continue
+        parts.append(segment.casefold() if windows else segment)
+    return tuple(parts)
 
 
 def path_segments(path: str | None) -> tuple[str, ...]:
-    """Comparison segments: separator- and trailing-slash-agnostic, Windows case-folded."""
-    value = (path or "").strip()
-    segments = tuple(s for s in _SEPARATORS.split(value) if s)
-    if is_windows_path(value):
-        return tuple(s.casefold() for s in segments)
-    return segments
+    """The normalised segments of a path, without its root kind (``()`` for the root itself)."""
+    return path_parts(path)[1:]
 
 
 def path_key(path: str | None) -> str:
-    """One canonical string per folder, used as the identity of an automatic repo project."""
-    segments = path_segments(path)
-    if not segments:
+    """One canonical string per folder, used as the identity of an automatic repo project.
+
+    ``/a/b`` (POSIX), ``c:/a/b`` (drive), ``//server/share/a`` (UNC), ``\\a/b`` (current drive);
+    ``""`` for a root or a path that names no place (a root owns nothing).
+    """
+    parts = path_parts(path)
+    if len(parts) < 2:
         return ""
-    key = "/".join(segments)
-    return key if is_windows_path(path or "") else "/" + key
+    anchor = parts[0] + "/" if parts[0].endswith(":") else parts[0]
+    return anchor + "/".join(parts[1:])
+
+
+def _under(folder: Parts, target: Parts) -> bool:
+    return len(folder) > 1 and len(folder) <= len(target) and target[: len(folder)] == folder
 
 
 def is_path_under(folder: str | None, target: str | None) -> bool:
     """True when ``target`` is ``folder`` or lies inside it, compared segment by segment."""
-    folder_segments = path_segments(folder)
-    target_segments = path_segments(target)
-    if not folder_segments or len(folder_segments) > len(target_segments):
-        return False
-    return target_segments[: len(folder_segments)] == folder_segments
+    return _under(path_parts(folder), path_parts(target))
 
 
 def trusted_repo_root(cwd: str | None, git_repo_root: str | None, worktree_root: str | None = None) -> str:
@@ -79,29 +125,47 @@ def trusted_repo_root(cwd: str | None, git_repo_root: str | None, worktree_root:
 class FolderIndex:
     """Folder → owning project, so a path finds its project by walking its own ancestors.
 
-    Built once per search over every project, then each session costs a handful of dict
-    lookups instead of a scan over projects × folders.
+    Built once per change of the projects, then each session costs a handful of dict lookups
+    instead of a scan over projects × folders.
     """
 
     def __init__(self, projects: Iterable[Mapping[str, Any]]) -> None:
-        self._owner_by_folder: dict[tuple[str, ...], Mapping[str, Any]] = {}
+        self._owner_by_folder: dict[Parts, Mapping[str, Any]] = {}
         for project in projects:
             if project.get("archived"):
                 continue
             for folder in project.get("folders") or []:
-                segments = path_segments(folder.get("path") if isinstance(folder, Mapping) else folder)
+                parts = path_parts(folder.get("path") if isinstance(folder, Mapping) else folder)
                 # Two projects sharing a folder: the first (oldest, by created_at) keeps it.
-                if segments and segments not in self._owner_by_folder:
-                    self._owner_by_folder[segments] = project
+                if len(parts) > 1 and parts not in self._owner_by_folder:
+                    self._owner_by_folder[parts] = project
 
     def match(self, path: str | None) -> tuple[Mapping[str, Any] | None, int]:
-        """The project of the deepest folder that is ``path`` or an ancestor of it, and its depth."""
-        segments = path_segments(path)
-        for depth in range(len(segments), 0, -1):
-            owner = self._owner_by_folder.get(segments[:depth])
+        """The project of the deepest folder that is ``path`` or an ancestor of it, and its depth
+        (its number of names, a drive letter included, as the desktop counts them)."""
+        parts = path_parts(path)
+        unnamed = 0 if parts and parts[0].endswith(":") else 1
+        for end in range(len(parts), 1, -1):
+            owner = self._owner_by_folder.get(parts[:end])
             if owner is not None:
-                return owner, depth
+                return owner, end - unnamed
         return None, -1
+
+
+class Junk:
+    """Git roots that are never an automatic project (the desktop's ``_is_repo_junk``).
+
+    ``roots``: never a project themselves (the home folder); ``trees``: never, and nothing
+    under them either (``HERMES_HOME``: Hermes's own config, sessions, skills and plugins).
+    """
+
+    def __init__(self, roots: Iterable[str] = (), trees: Iterable[str] = ()) -> None:
+        self._roots = {parts for parts in map(path_parts, roots) if len(parts) > 1}
+        self._trees = [parts for parts in map(path_parts, trees) if len(parts) > 1]
+
+    def __contains__(self, root: object) -> bool:
+        parts = path_parts(root if isinstance(root, str) else None)
+        return parts in self._roots or any(_under(tree, parts) for tree in self._trees)
 
 
 def resolve_project(
@@ -109,13 +173,15 @@ def resolve_project(
     projects: Sequence[Mapping[str, Any]] | FolderIndex,
     *,
     junk_roots: Iterable[str] = (),
+    junk: Junk | None = None,
 ) -> Identity:
     """The project identity of one session row (spec §3.1).
 
     - ``{"kind": "explicit", "id", "name"}``: the cwd or the (trusted) git root lies in a folder
       of a project in ``projects.db``; the deeper folder wins, a tie goes to the cwd.
-    - ``{"kind": "auto", "key"}``: no explicit folder, but a trusted git root that is not one of
-      ``junk_roots`` (the home folder and ``HERMES_HOME`` are never a project, as on the desktop).
+    - ``{"kind": "auto", "key"}``: no explicit folder, but a trusted git root that is not junk
+      (``junk``, or the exact ``junk_roots``): the home folder and anything under ``HERMES_HOME``
+      are never a project, as on the desktop.
     - ``{"kind": "home"}``: neither.
     """
     index = projects if isinstance(projects, FolderIndex) else FolderIndex(projects)
@@ -134,8 +200,8 @@ def resolve_project(
 
     if repo_root:
         key = path_key(repo_root)
-        junk = {path_key(root) for root in junk_roots if root}
-        if key and key not in junk:
+        blocked = (junk is not None and repo_root in junk) or repo_root in Junk(roots=junk_roots)
+        if key and not blocked:
             return {"kind": "auto", "key": key}
     return dict(HOME)
 
@@ -164,9 +230,31 @@ def sessions_in_project(
 ) -> list[str]:
     """Ids of the sessions whose own identity equals ``identity``, in the order given."""
     index = projects if isinstance(projects, FolderIndex) else FolderIndex(projects)
-    junk = tuple(junk_roots)
+    junk = Junk(roots=junk_roots)
     return [
-        row["id"]
-        for row in session_rows
-        if same_project(identity, resolve_project(row, index, junk_roots=junk))
+        row["id"] for row in session_rows if same_project(identity, resolve_project(row, index, junk=junk))
     ]
+
+
+def conversation_roots(continues: Mapping[str, str | None]) -> dict[str, str]:
+    """Each session's conversation: the first session of its compression chain.
+
+    ``continues`` maps every session to the session it continues after Hermes compressed the
+    context (``None`` when it starts a conversation). A chain whose start is unknown, or a loop,
+    ends at the last session seen, so every session gets exactly one root.
+    """
+    roots = {sid: sid for sid, parent in continues.items() if not parent}
+    for start in continues:
+        path = []
+        current = start
+        while current not in roots:
+            path.append(current)
+            parent = continues.get(current)
+            if not parent or parent in path or parent not in continues:
+                roots[current] = current
+                break
+            current = parent
+        root = roots[current]
+        for member in path:
+            roots[member] = root
+    return roots

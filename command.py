@@ -176,7 +176,9 @@ def _identity_for(token: str, db: Any, projects: Any) -> dict[str, Any]:
     if not token:
         raise CommandError("an empty project name was given")
     if token.startswith("repo:"):
-        key = attribution.path_key(token[len("repo:") :])
+        from .git_roots import PROBE
+
+        key = attribution.path_key(PROBE.real(token[len("repo:") :]))
         if not key:
             raise CommandError(f"not a repository path: {token!r}")
         return {"kind": "auto", "key": key}

@@ -1,29 +1,66 @@
-"""Git probing: which repository a folder is in, as ``tui_gateway/git_probe.py`` decides it.
+"""Where a folder really is, and which git repository it is in, as git decides it.
 
 Hermes's CLI records a cwd but no repo root, so CLI conversations would never form automatic
-repo projects without asking git. Answers are cached per process in one :class:`GitProbe`
-(positive answers for the process, "not a repo" for 30 s, as Hermes's own probe does).
+repo projects without asking git. This module answers, deterministically:
+
+- :func:`real_path`: a POSIX path with its symlinks resolved where they exist (git reports
+  resolved paths, and a symlink inside a project can point into another one).
+- :meth:`GitProbe.marker`: the nearest folder, from a cwd upwards, that holds a ``.git`` entry.
+  Git's own discovery walks the same way, so every folder below one marker gets git's answer for
+  that marker: 5,000 cwds in one repository cost one ``git`` run, and a cwd with no marker above
+  it is in no repository without running git at all.
+- :meth:`GitProbe.answers`: git's answer per marker (``rev-parse --git-common-dir
+  --show-toplevel``), cached in memory and persisted in ``git_roots.db`` in the plugin's data
+  folder (one row per marker), so a new process does not ask again. An answer stays valid while
+  the marker's ``.git`` entry is the same (inode and mtime; size too for a worktree's ``.git``
+  file) and for at most :data:`ANSWER_TTL_SECONDS`. The store is a cache: any failure of it is logged
+  and ignored, never failing a search.
+
+Git runs at most :data:`PROBE_WORKERS` at a time, in one pool shared by the process. A caller
+waits for the markers it needs for at most a budget; answers that arrive later are kept for the
+next call, and :attr:`GitProbe.generation` changes so cached scopes know to look again.
+
+Filesystem facts (real paths, markers) are remembered for :data:`FACTS_TTL_SECONDS`, then looked
+up again: a new symlink or ``git init`` is seen within that time.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import sqlite3
+import stat
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
-from typing import Any
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
 
-from .attribution import trusted_repo_root
+from . import attribution
+
+logger = logging.getLogger(__name__)
 
 GIT_TIMEOUT_SECONDS = 1.5
-NEGATIVE_TTL_SECONDS = 30.0
-FILL_BUDGET_SECONDS = 3.0
+FILL_BUDGET_SECONDS = 3.0  # how long a search waits for git about other conversations' folders
+FACTS_TTL_SECONDS = 60.0
+ANSWER_TTL_SECONDS = 24 * 3600.0
+PROBE_WORKERS = 4
+STORE_NAME = "git_roots.db"
+STORE_VERSION = 1
+# Variables that would make every folder look like one repository, or none.
+_GIT_ENV_DROPPED = ("GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_INDEX_FILE", "GIT_CEILING_DIRECTORIES")
+
+NO_REPO = ("", "")
 
 
-def _run_git(cwd: str, *args: str) -> str:
-    """``git -C cwd ...``: stripped stdout, or "" on any failure. Never takes a lock in the repo."""
+def _git(cwd: str, *args: str) -> str | None:
+    """``git -C cwd ...``: stripped stdout; "" when git said no (not a repository, ...); None when
+    git gave no answer (not installed, timed out). Never takes a lock in the repo."""
+    env = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_DROPPED}
+    env.update(GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0")
     try:
         result = subprocess.run(
             ["git", "-C", cwd, *args],
@@ -34,22 +71,28 @@ def _run_git(cwd: str, *args: str) -> str:
             timeout=GIT_TIMEOUT_SECONDS,
             check=False,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0"},
+            env=env,
         )
-    except (OSError, subprocess.SubprocessError):
-        return ""
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
     return result.stdout.strip() if result.returncode == 0 else ""
 
 
-def _probe_repo_roots(cwd: str) -> tuple[str, str]:
+def _run_git(cwd: str, *args: str) -> str:
+    return _git(cwd, *args) or ""
+
+
+def _probe_repo_roots(cwd: str) -> tuple[str, str] | None:
     """(common root, worktree root): the main repository folding linked worktrees (what Hermes
-    stores), and the top of the checkout the cwd is in (differs in a linked worktree)."""
-    lines = _run_git(
-        cwd, "rev-parse", "--path-format=absolute", "--git-common-dir", "--show-toplevel"
-    ).splitlines()
+    stores), and the top of the checkout the cwd is in (differs in a linked worktree).
+    ``NO_REPO`` when git says it is in none; None when git gave no answer (nothing is learnt)."""
+    out = _git(cwd, "rev-parse", "--path-format=absolute", "--git-common-dir", "--show-toplevel")
+    if out is None:
+        return None
+    lines = out.splitlines()
     if len(lines) != 2:
-        return "", ""
-    git_dir, toplevel = os.path.realpath(lines[0]), lines[1]
+        return NO_REPO
+    git_dir, toplevel = os.path.realpath(lines[0]), os.path.realpath(lines[1])
     if os.path.basename(git_dir) == ".git":
         return os.path.dirname(git_dir), toplevel
     return toplevel, toplevel
@@ -59,67 +102,349 @@ def git_branch(cwd: str) -> str:
     return _run_git(cwd, "branch", "--show-current") or _run_git(cwd, "rev-parse", "--short", "HEAD")
 
 
-def needs_probe(row: Mapping[str, Any]) -> bool:
-    """A cwd whose recorded root is missing, or does not contain it (stale, or a linked worktree)."""
-    cwd = (row.get("cwd") or "").strip()
-    return bool(cwd) and not trusted_repo_root(cwd, row.get("git_repo_root"))
+def is_host_path(path: str) -> bool:
+    """An absolute path of this machine's kind (POSIX here, Windows on Windows)."""
+    return bool(path) and attribution.is_windows_path(path) == (os.name == "nt") and os.path.isabs(path)
+
+
+def real_path(path: str | None) -> str:
+    """The path with its symlinks resolved as far as it exists; other paths unchanged.
+
+    Only absolute paths of this host's kind are resolved (a Windows path recorded on a POSIX
+    host names no folder here, and :mod:`attribution` normalises it lexically). ``..`` after a
+    symlink is resolved physically, as the kernel does.
+    """
+    value = (path or "").strip()
+    if not is_host_path(value):
+        return value
+    try:
+        return os.path.realpath(value)
+    except (OSError, ValueError):  # ValueError: an embedded NUL
+        return value
+
+
+def _git_entry_signature(marker: str) -> str:
+    """What must stay the same for git's answer about ``marker`` to stay true ("" if gone)."""
+    try:
+        st = os.lstat(os.path.join(marker, ".git"))
+    except (OSError, ValueError):
+        return ""
+    if stat.S_ISDIR(st.st_mode):
+        # mtime: a repository re-created in place may get the same inode; git's own commands
+        # touch .git too, which only costs one more run of git for that repository.
+        return f"d:{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}"
+    # A linked worktree or a submodule: a "gitdir: ..." file; its content decides.
+    return f"f:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+@dataclass
+class Answer:
+    signature: str
+    common: str
+    worktree: str
+    probed_at: float  # wall clock, so it survives the process in git_roots.db
+
+    def valid(self, signature: str, now: float) -> bool:
+        return (
+            bool(signature) and signature == self.signature and 0 <= now - self.probed_at < ANSWER_TTL_SECONDS
+        )
+
+    @property
+    def roots(self) -> tuple[str, str]:
+        return (self.common, self.worktree)
+
+
+# --------------------------------------------------------------------------- the persisted answers
+
+
+def _open_store(path: Path) -> sqlite3.Connection:
+    """git_roots.db, created 0600 if missing; raises sqlite3.Error/OSError on any trouble.
+
+    A file that is not a database (damaged) is only a cache: it is replaced.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for attempt in (1, 2):
+        if not path.exists():
+            with contextlib.suppress(FileExistsError):
+                os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+        conn = sqlite3.connect(str(path), timeout=1.0, isolation_level=None, check_same_thread=False)
+        try:
+            if conn.execute("PRAGMA user_version").fetchone()[0] != STORE_VERSION:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.execute("DROP TABLE IF EXISTS answers")
+                    conn.execute(
+                        "CREATE TABLE answers (marker TEXT PRIMARY KEY, signature TEXT NOT NULL, "
+                        "common TEXT NOT NULL, worktree TEXT NOT NULL, probed_at REAL NOT NULL)"
+                    )
+                    conn.execute(f"PRAGMA user_version = {STORE_VERSION}")
+                    conn.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                    raise
+            return conn
+        except sqlite3.DatabaseError as error:
+            conn.close()
+            if attempt == 2 or isinstance(error, sqlite3.OperationalError):
+                raise
+            logger.warning("%s is damaged (%s); starting it again", path, error)
+            path.unlink(missing_ok=True)
+        except BaseException:
+            conn.close()
+            raise
+    raise AssertionError("unreachable")
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(path: Path | None, message: str) -> None:
+    if str(path) not in _WARNED:
+        _WARNED.add(str(path))
+        logger.warning(message, path, exc_info=True)
+    else:
+        logger.debug(message, path, exc_info=True)
+
+
+def _write_answers(conn: sqlite3.Connection, answers: dict[str, Answer]) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.executemany(
+            "INSERT OR REPLACE INTO answers (marker, signature, common, worktree, probed_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [(m, a.signature, a.common, a.worktree, a.probed_at) for m, a in answers.items()],
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        raise
+
+
+class _StoreSession:
+    """git_roots.db for one call: opened on first use, at most once, closed at the end."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.path_key = str(path) if path is not None else ""
+        self._conn: sqlite3.Connection | None = None
+        self._failed = False
+
+    def connection(self, create: bool) -> sqlite3.Connection | None:
+        if self._conn is None and not self._failed and self.path is not None:
+            if not create and not self.path.exists():
+                return None
+            try:
+                self._conn = _open_store(self.path)
+            except BaseException:
+                self._failed = True  # one failure per call is enough to log
+                raise
+        return self._conn
+
+    def __enter__(self) -> _StoreSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
 
 
 class GitProbe:
-    """Per-process cache of git's answers; thread-safe, shared by every search of the process."""
+    """The process's knowledge of folders and repositories; thread-safe, shared by every call."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._roots: dict[str, tuple[str, str]] = {}
-        self._not_a_repo_until: dict[str, float] = {}
+        self._epoch = -1
+        self._real: dict[str, str] = {}
+        self._markers: dict[str, str] = {}
+        self._answers: dict[str, Answer] = {}
+        self._persisted: dict[str, set[str]] = {}  # store path -> markers written or read there
+        self._inflight: dict[str, Future] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self.generation = 0  # changes whenever an answer is learnt or forgotten
 
-    def repo_roots(self, cwd: str) -> tuple[str, str]:
-        if not cwd or not os.path.isdir(cwd):
-            return "", ""
+    # -- filesystem facts
+    def facts_epoch(self) -> int:
+        """Changes every FACTS_TTL_SECONDS; real paths and markers are looked up again then."""
+        epoch = int(time.monotonic() // FACTS_TTL_SECONDS)
+        if epoch != self._epoch:
+            with self._lock:
+                if epoch != self._epoch:
+                    self._real.clear()
+                    self._markers.clear()
+                    self._epoch = epoch
+        return self._epoch
+
+    def real(self, path: str | None) -> str:
+        value = (path or "").strip()
+        known = self._real.get(value)
+        if known is None:
+            known = self._real[value] = real_path(value)
+        return known
+
+    def marker(self, folder: str) -> str | None:
+        """The nearest folder from ``folder`` (a real path) up holding ``.git``; "" if none;
+        None when ``folder`` is not an existing directory of this host (git cannot run there)."""
+        known = self._markers.get(folder)
+        if known is not None:
+            return known
+        if not is_host_path(folder) or not os.path.isdir(folder):
+            return None
+        walked = []
+        current = folder
+        while True:
+            known = self._markers.get(current)
+            if known is not None:
+                break
+            walked.append(current)
+            if _git_entry_signature(current):
+                known = current
+                break
+            parent = os.path.dirname(current)
+            if parent == current:
+                known = ""
+                break
+            current = parent
+        for path in walked:
+            self._markers[path] = known
+        return known
+
+    # -- git's answers
+    def _known(self, marker: str, now: float) -> Answer | None:
+        answer = self._answers.get(marker)
+        if answer is not None and answer.valid(_git_entry_signature(marker), now):
+            return answer
+        return None
+
+    def _learn(self, marker: str, roots: tuple[str, str] | None) -> None:
+        if roots is None:  # git did not answer: ask again next time, remember nothing
+            logger.debug("git gave no answer for %s", marker)
+            return
+        answer = Answer(_git_entry_signature(marker), roots[0], roots[1], time.time())
         with self._lock:
-            if cwd in self._roots:
-                return self._roots[cwd]
-            if self._not_a_repo_until.get(cwd, 0.0) > time.monotonic():
-                return "", ""
-        roots = _probe_repo_roots(cwd)
+            self._answers[marker] = answer
+            for written in self._persisted.values():
+                written.discard(marker)
+            self.generation += 1
+
+    def _probe(self, marker: str) -> None:
+        try:
+            self._learn(marker, _probe_repo_roots(marker))
+        finally:
+            with self._lock:
+                self._inflight.pop(marker, None)
+
+    def _submit(self, marker: str) -> Future:
         with self._lock:
-            if roots[0]:
-                self._roots[cwd] = roots
-            else:
-                self._not_a_repo_until[cwd] = time.monotonic() + NEGATIVE_TTL_SECONDS
-        return roots
+            future = self._inflight.get(marker)
+            if future is None:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(PROBE_WORKERS, thread_name_prefix="phr-git-probe")
+                future = self._inflight[marker] = self._pool.submit(self._probe, marker)
+        return future
 
-    def common_repo_root(self, cwd: str) -> str:
-        return self.repo_roots(cwd)[0]
+    def _probe_now(self, marker: str) -> None:
+        """Ask git in this thread (or wait for the probe already running for ``marker``)."""
+        with self._lock:
+            running = self._inflight.get(marker)
+        if running is not None:
+            running.result()
+        else:
+            self._learn(marker, _probe_repo_roots(marker))
 
-    def fill_repo_roots(
-        self, rows: Sequence[dict[str, Any]], budget_seconds: float = FILL_BUDGET_SECONDS
-    ) -> list[dict[str, Any]]:
-        """Rows with their git roots as git sees them now, where the recorded root cannot be trusted.
+    def answers(
+        self,
+        markers: Iterable[str],
+        *,
+        store: Path | None = None,
+        first: Iterable[str] = (),
+        budget_seconds: float = FILL_BUDGET_SECONDS,
+    ) -> dict[str, tuple[str, str]]:
+        """Git's (common root, worktree root) per marker, as far as known within the budget.
 
-        A recorded root that does not contain the cwd is either stale (Hermes 0.19 cannot clear
-        it after a move) or the main repo of a linked worktree elsewhere; git tells which, and the
-        row also gets ``git_worktree_root`` (the checkout holding the cwd) so
-        :func:`attribution.trusted_repo_root` can accept the worktree case. Probes run per
-        distinct cwd, in parallel, within a time budget; a cwd not probed in time keeps what
-        Hermes recorded for this search (and a stale root is then still ignored by the guard).
+        ``first`` are asked in this thread and always answered (the current conversation's
+        folder decides what the scope is); the others get ``budget_seconds`` together, and a
+        marker missing from the result is still being probed in the background. ``store``
+        (git_roots.db) is opened at most once, to read it the first time and to add new answers.
         """
-        missing = sorted({r["cwd"].strip() for r in rows if needs_probe(r)})
-        roots: dict[str, tuple[str, str]] = {}
-        if missing:
-            pool = ThreadPoolExecutor(max_workers=min(8, len(missing)))
-            futures = {cwd: pool.submit(self.repo_roots, cwd) for cwd in missing}
-            done, _ = wait(futures.values(), timeout=budget_seconds)
-            pool.shutdown(wait=False, cancel_futures=True)
-            roots = {cwd: f.result() for cwd, f in futures.items() if f in done}
-        filled = []
-        for row in rows:
-            common, worktree = roots.get((row.get("cwd") or "").strip(), ("", ""))
-            if common and needs_probe(row):
-                row = {**row, "git_repo_root": common, "git_worktree_root": worktree}
-            filled.append(row)
-        return filled
+        first = set(first)
+        wanted = set(markers) | first
+        with _StoreSession(store) as persisted:
+            now = time.time()
+            found = {m: a.roots for m in wanted if (a := self._known(m, now))}
+            if len(found) < len(wanted) and persisted.path_key not in self._persisted:
+                self._load(persisted)
+                found.update({m: a.roots for m in wanted - found.keys() if (a := self._known(m, now))})
+            for marker in first - found.keys():
+                self._probe_now(marker)
+            missing = [self._submit(m) for m in wanted - found.keys() - first]
+            if missing:
+                wait(missing, timeout=max(0.0, budget_seconds))
+            now = time.time()
+            found.update({m: a.roots for m in wanted - found.keys() if (a := self._known(m, now))})
+            self._save(persisted, found.keys())
+        return found
+
+    # -- git_roots.db
+    def _load(self, persisted: _StoreSession) -> None:
+        try:
+            conn = persisted.connection(create=False)
+            if conn is None:
+                return
+            rows = conn.execute("SELECT marker, signature, common, worktree, probed_at FROM answers")
+            loaded = {row[0]: Answer(*row[1:]) for row in rows}
+        except (sqlite3.Error, OSError):
+            _warn_once(persisted.path, "could not read %s; asking git again")
+            return
+        with self._lock:
+            for marker, answer in loaded.items():
+                mine = self._answers.get(marker)
+                if mine is None or mine.probed_at < answer.probed_at:
+                    self._answers[marker] = answer
+            self._persisted[persisted.path_key] = set(loaded)
+
+    def _save(self, persisted: _StoreSession, markers: Iterable[str]) -> None:
+        if persisted.path is None:
+            return
+        with self._lock:
+            written = self._persisted.setdefault(persisted.path_key, set())
+            fresh = {m: self._answers[m] for m in markers if m not in written and m in self._answers}
+        if not fresh:
+            return
+        try:
+            conn = persisted.connection(create=True)
+            if conn is not None:
+                _write_answers(conn, fresh)
+        except (sqlite3.Error, OSError):
+            logger.warning(
+                "could not write %s; git will be asked again next time", persisted.path, exc_info=True
+            )
+            return
+        with self._lock:
+            written.update(fresh)
+
+    # -- one folder, now (a move's target, the CLI's current folder)
+    def repo_roots(self, cwd: str, store: Path | None = None) -> tuple[str, str]:
+        self.facts_epoch()
+        marker = self.marker(self.real(cwd))
+        if not marker:
+            return NO_REPO
+        return self.answers((), store=store, first=[marker]).get(marker, NO_REPO)
+
+    def common_repo_root(self, cwd: str, store: Path | None = None) -> str:
+        return self.repo_roots(cwd, store)[0]
+
+    def forget(self) -> None:
+        """Drop everything learnt (tests; a long-lived process never needs it)."""
+        with self._lock:
+            self._real.clear()
+            self._markers.clear()
+            self._answers.clear()
+            self._persisted.clear()
+            self.generation += 1
 
 
-#: The process's probe cache (git's answers do not depend on HERMES_HOME).
+#: The process's probe (git's answers do not depend on HERMES_HOME; git_roots.db is per home).
 PROBE = GitProbe()

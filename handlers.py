@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -168,14 +169,28 @@ def project_history_search(args: dict[str, Any], **kwargs: Any) -> str:
         return _error(f"project history search failed: {type(error).__name__}", code="internal")
 
 
+MAX_ECHO_CHARS = 64
+NOT_A_STRING = "project_id must be a string: a project id such as 'p_abc123', or '' for Home"
+
+
+def echo(value: str) -> str:
+    """What the agent sent, safe to put in an answer: bounded, and with every character that is
+    not printable (control characters, lone surrogates that cannot be encoded) as ``\\uXXXX``."""
+    shown = "".join(
+        ch if ch.isprintable() else f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}"
+        for ch in value[:MAX_ECHO_CHARS]
+    )
+    if len(value) > MAX_ECHO_CHARS:
+        shown += f"… ({len(value)} characters)"
+    return shown
+
+
 def project_session_move(args: dict[str, Any], **kwargs: Any) -> str:
     if not isinstance(args, dict) or "project_id" not in args:
         return _error("project_id is required: a project id such as 'p_abc123', or '' for Home")
     project_id = args.get("project_id")
-    if project_id is None:
-        project_id = ""
-    if not isinstance(project_id, str):
-        return _error("project_id must be a string: a project id such as 'p_abc123', or '' for Home")
+    if not isinstance(project_id, str):  # null too: Home is '' and only ''
+        return _error(NOT_A_STRING)
     session_id = current_session_id(kwargs)
     if not session_id:
         return _error("no current session to move (the call carried no session id)")
@@ -206,9 +221,41 @@ def _project_not_found(projects: list[dict[str, Any]], project_id: str) -> dict[
     return result
 
 
+def _label(identity: dict[str, Any]) -> str:
+    if identity.get("kind") == "explicit":
+        return f"project {identity.get('name') or identity.get('id')}"
+    return f"the git repository {identity.get('key')}"
+
+
+def home_target(env: Any, projects: Any) -> tuple[str, str] | tuple[None, str]:
+    """Where "move to Home" lands: ``terminal.cwd`` (else ~) when it is in no project; else the
+    home folder when that is in none; else nowhere. Returns (folder, what to tell) or (None, why).
+    """
+    configured = env.home_folder()
+    home = str(Path.home())
+    claimed = []
+    folders = list(dict.fromkeys([configured, home]))
+    for folder in folders:
+        identity = projects.identity_of_folder(folder)
+        if identity["kind"] == "home":
+            if folder == configured:
+                return folder, ""
+            return folder, f" (terminal.cwd {configured} is in {claimed[0]}, so the home folder is used)"
+        claimed.append(_label(identity))
+    where = " and ".join(f"{folder} is in {label}" for folder, label in zip(folders, claimed, strict=True))
+    return None, (
+        f"cannot move to Home: {where}; set terminal.cwd to a folder outside every project, or move "
+        "this conversation to a project instead"
+    )
+
+
 def move_session(session_id: str, project_id: str, task_id: str | None) -> dict[str, Any]:
-    """Spec §3.3: a move is a new cwd; the project follows because it is a function of the cwd."""
-    from .git_roots import PROBE, git_branch
+    """Spec §3.3: a move is a new cwd; the project follows because it is a function of the cwd.
+
+    A compressed conversation is a chain of sessions: all of them move, so no earlier part of the
+    conversation stays behind in the old project.
+    """
+    from .git_roots import PROBE, STORE_NAME, git_branch
     from .hermes_db import HermesDB, NoSessionDatabase, reanchor_live_session, update_session_cwd
     from .hermes_env import HermesEnv
     from .scope import ProjectMap
@@ -220,21 +267,26 @@ def move_session(session_id: str, project_id: str, task_id: str | None) -> dict[
         return {"success": False, "error": "session database not found", "code": "no_db"}
     with db:
         if db.session(session_id) is None:
-            return {"success": False, "error": f"session not found: {session_id}"}
-        project = None
+            return {"success": False, "error": f"session not found: {echo(session_id)}"}
+        projects = ProjectMap(db)
+        project, note = None, ""
         if project_id:
             project = db.project(project_id) or _project_by_name(db.projects(), project_id)
             if project is None:
-                return _project_not_found(db.projects(), project_id)
+                return _project_not_found(db.projects(), echo(project_id))
             target, name = primary_folder(project), project.get("name") or project_id
             if not target or not os.path.isdir(target):
                 return {"success": False, "error": f"project folder not found: {target or '(none)'}"}
         else:
-            target, name = env.home_folder(), "Home"
+            target, note = home_target(env, projects)
+            if target is None:
+                return {"success": False, "error": note}
+            name = "Home"
 
-        repo_root = PROBE.common_repo_root(target)
+        chain = projects.conversation(session_id)
+        repo_root = PROBE.common_repo_root(target, env.data_dir / STORE_NAME)
         branch = git_branch(target) if repo_root else ""
-        update_session_cwd(env, session_id, target, branch, repo_root)
+        update_session_cwd(env, chain, target, branch, repo_root)
         # Read back through the same read-only connection, the way a search reads it: a root
         # Hermes 0.19 could not clear is probed again.
         moved = db.session(session_id) or {}
@@ -243,9 +295,7 @@ def move_session(session_id: str, project_id: str, task_id: str | None) -> dict[
                 "success": False,
                 "error": f"Hermes did not record the new working directory for {session_id}",
             }
-        projects = ProjectMap(db)
-        (row,) = projects.filled([moved])
-        identity = projects.identity(row)
+        identity = projects.identity(moved)
     live = reanchor_live_session(task_id, target, name)
     result: dict[str, Any] = {
         "success": True,
@@ -253,9 +303,11 @@ def move_session(session_id: str, project_id: str, task_id: str | None) -> dict[
         "cwd": target,
         "git_branch": branch or None,
         "git_repo_root": repo_root or None,
-        "message": f"Moved to {'Home' if not project_id else 'project ' + name}, cwd now {target}",
+        "message": f"Moved to {'Home' if not project_id else 'project ' + name}, cwd now {target}{note}",
         "live_session": "re-anchored" if live else "unchanged until resumed",
     }
+    if len(chain) > 1:
+        result["moved_sessions"] = chain  # the whole compressed conversation
     if not live:
         result["message"] += (
             ". The running session keeps its process working directory until it is resumed; "
@@ -266,6 +318,8 @@ def move_session(session_id: str, project_id: str, task_id: str | None) -> dict[
             f"{target} is also claimed by another project, so this conversation is attributed to "
             f"{identity.get('name') or identity.get('kind')}"
         )
+    elif project is None and identity.get("kind") != "home":
+        result["warning"] = f"{target} is still attributed to {_label(identity)}"
     return result
 
 

@@ -102,7 +102,27 @@ def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
     return [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
 
 
-def detect_schema(conn: sqlite3.Connection) -> StateSchema:
+_SCHEMAS: dict[tuple[str, int], StateSchema] = {}
+
+
+def detect_schema(conn: sqlite3.Connection, path: Path | None = None) -> StateSchema:
+    """What this state.db has; remembered per file and ``PRAGMA schema_version`` (which changes
+    with every schema change), so a call pays one pragma instead of four reads."""
+    key = None
+    if path is not None:
+        key = (str(path), conn.execute("PRAGMA schema_version").fetchone()[0])
+        known = _SCHEMAS.get(key)
+        if known is not None:
+            return known
+    schema = _detect_schema(conn)
+    if key is not None:
+        if len(_SCHEMAS) > 32:
+            _SCHEMAS.clear()
+        _SCHEMAS[key] = schema
+    return schema
+
+
+def _detect_schema(conn: sqlite3.Connection) -> StateSchema:
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if not {"sessions", "messages"} <= tables:
         raise NoSessionDatabase("state.db has no sessions yet")
@@ -176,7 +196,7 @@ class HermesDB:
             raise NoSessionDatabase("state.db not found")
         conn = connect_readonly(env.state_db)
         try:
-            return cls(env, conn, detect_schema(conn))
+            return cls(env, conn, detect_schema(conn, env.state_db))
         except BaseException:
             conn.close()
             raise
@@ -201,30 +221,57 @@ class HermesDB:
         ).fetchone()
         return dict(row) if row else None
 
-    def visible_sessions(self) -> list[dict[str, Any]]:
-        """Every session that can be a search result: not archived, not hidden, a person's."""
-        rows = self.conn.execute(
-            f"SELECT {self._session_select()} FROM sessions s WHERE {self.schema.visible_session_sql} "
-            "ORDER BY s.started_at"
-        ).fetchall()
-        return [dict(row) for row in rows]
+    def session_links(self) -> list[tuple[str, str | None, str | None, int, str | None]]:
+        """Every session as ``(id, cwd, git_repo_root, visible, continues)``, oldest first.
 
-    def compression_ancestors(self, session_id: str) -> list[str]:
-        """The sessions this one continues after context compression: the same conversation."""
-        chain: list[str] = []
-        seen = {session_id}
-        current = session_id
-        while True:
-            row = self.conn.execute(
-                "SELECT p.id, p.end_reason FROM sessions c JOIN sessions p ON p.id = c.parent_session_id "
-                "WHERE c.id = ?",
-                (current,),
-            ).fetchone()
-            if row is None or row["id"] in seen or row["end_reason"] != "compression":
-                return chain
-            chain.append(row["id"])
-            seen.add(row["id"])
-            current = row["id"]
+        ``visible``: 1 when it can be a search result (not archived, not hidden, a person's).
+        ``continues``: the session it continues after Hermes compressed the context, as
+        ``SessionDB.get_compression_tip`` follows it (the parent ended with ``compression``; not
+        a branch, a delegation or a tool run), else None. Plain tuples: this is read on every
+        change of state.db and holds every session.
+        """
+        columns = self.schema.session_columns
+
+        def config_key(key: str) -> str:
+            if "model_config" not in columns:
+                return "1"
+            return (
+                "(CASE WHEN json_valid(s.model_config) "
+                f"THEN json_extract(s.model_config, '$.{key}') END IS NULL)"
+            )
+
+        cwd = "s.cwd" if "cwd" in columns else "NULL"
+        root = "s.git_repo_root" if "git_repo_root" in columns else "NULL"
+        if "parent_session_id" in columns and "end_reason" in columns:
+            continues = (
+                "CASE WHEN p.end_reason = 'compression' "
+                f"AND {config_key('_branched_from')} AND {config_key('_delegate_from')} "
+                "AND COALESCE(s.source, '') != 'tool' THEN s.parent_session_id END"
+            )
+            join = "LEFT JOIN sessions p ON p.id = s.parent_session_id"
+        else:
+            continues, join = "NULL", ""
+        order = "s.started_at, s.id" if "started_at" in columns else "s.id"
+        sql = (
+            f"SELECT s.id, {cwd}, {root}, CASE WHEN {self.schema.visible_session_sql} THEN 1 ELSE 0 END, "
+            f"{continues} FROM sessions s {join} ORDER BY {order}"
+        )
+        conn = self.conn
+        factory, conn.row_factory = conn.row_factory, None
+        try:
+            return conn.execute(sql).fetchall()
+        finally:
+            conn.row_factory = factory
+
+    def titles(self, session_ids: Iterable[str]) -> dict[str, str | None]:
+        ids = list(session_ids)
+        if not ids or "title" not in self.schema.session_columns:
+            return {}
+        rows = self.conn.execute(
+            "SELECT s.id, s.title FROM sessions s WHERE s.id IN (SELECT value FROM json_each(?))",
+            (json.dumps(ids),),
+        ).fetchall()
+        return {row[0]: row[1] for row in rows}
 
     # ----------------------------------------------------------------------- projects.db
 
@@ -261,31 +308,80 @@ class HermesDB:
 
     # ----------------------------------------------------------------------- keyword queries
 
-    def fts_messages(self, table: str, match: str, session_ids: Sequence[str], scan_limit: int) -> list[dict]:
-        """Live user/assistant messages of the given sessions matching ``match``, best bm25 first.
+    def fts_messages(
+        self,
+        table: str,
+        match: str,
+        in_scope: Mapping[str, str],
+        scan_limit: int,
+        enough_groups: int | None = None,
+    ) -> list[dict]:
+        """Live user/assistant messages of the sessions in ``in_scope`` matching ``match``, best
+        bm25 first.
 
-        At most :data:`PER_SESSION_SCAN` per session, so one conversation repeating a word hundreds
-        of times cannot fill ``scan_limit`` and hide every other conversation.
+        One FTS query, as Hermes's own ``search_messages`` runs it (no scope in the SQL, no window
+        functions): rows stream in rank order and are kept when their session is in scope, at most
+        :data:`PER_SESSION_SCAN` per session (one conversation repeating a word hundreds of times
+        cannot fill ``scan_limit`` and hide every other one). ``in_scope`` maps each session to its
+        conversation; with ``enough_groups`` reading stops once that many conversations have a
+        message, since nothing read later can rank above them. Contents are read for the kept rows
+        only, so the sort never carries message bodies.
         """
         if table == "messages_fts" and len(self.schema.fts_columns) > 1:
             match = f"{{{self.schema.fts_columns[0]}}} : ({match})"  # upstream also indexes tool columns
         sql = f"""
-            SELECT message_id, session_id, role, content, timestamp, rank FROM (
-                SELECT m.id AS message_id, m.session_id, m.role, m.content, m.timestamp, f.rank AS rank,
-                       ROW_NUMBER() OVER (PARTITION BY m.session_id ORDER BY f.rank, m.id) AS nth
-                FROM {table} f
-                JOIN messages m ON m.id = f.rowid
-                WHERE {table} MATCH ?
-                  AND m.role IN ('user', 'assistant')
-                  AND {self.schema.live_message_sql}
-                  AND {_SCOPE_SQL}
-            )
-            WHERE nth <= ?
-            ORDER BY rank, message_id
-            LIMIT ?
+            SELECT m.id, m.session_id, m.role, m.timestamp, f.rank
+            FROM {table} f
+            JOIN messages m ON m.id = f.rowid
+            WHERE {table} MATCH ?
+              AND m.role IN ('user', 'assistant')
+              AND {self.schema.live_message_sql}
+            ORDER BY f.rank, m.id
+            LIMIT ? OFFSET ?
         """
-        params = (match, json.dumps(list(session_ids)), PER_SESSION_SCAN, scan_limit)
-        return [dict(row) for row in self.conn.execute(sql, params).fetchall()]
+        kept: list[dict[str, Any]] = []
+        per_session: dict[str, int] = {}
+        groups: set[str] = set()
+        conn = self.conn
+        factory, conn.row_factory = conn.row_factory, None
+        try:
+            offset, page = 0, max(1000, 4 * scan_limit)
+            while True:
+                rows = conn.execute(sql, (match, page, offset)).fetchall()
+                for message_id, session_id, role, timestamp, rank in rows:
+                    group = in_scope.get(session_id)
+                    if group is None or per_session.get(session_id, 0) >= PER_SESSION_SCAN:
+                        continue
+                    per_session[session_id] = per_session.get(session_id, 0) + 1
+                    groups.add(group)
+                    kept.append(
+                        {
+                            "message_id": message_id,
+                            "session_id": session_id,
+                            "role": role,
+                            "timestamp": timestamp,
+                            "rank": rank,
+                        }
+                    )
+                    if len(kept) >= scan_limit or (enough_groups and len(groups) >= enough_groups):
+                        return self._with_content(kept)
+                if len(rows) < page:
+                    return self._with_content(kept)
+                offset, page = offset + page, -1  # the rest in one go: the sort is paid already
+        finally:
+            conn.row_factory = factory
+
+    def _with_content(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if not rows:
+            return rows
+        contents = self.conn.execute(
+            "SELECT m.id, m.content FROM messages m WHERE m.id IN (SELECT value FROM json_each(?))",
+            (json.dumps([row["message_id"] for row in rows]),),
+        ).fetchall()
+        by_id = {row[0]: row[1] for row in contents}
+        for row in rows:
+            row["content"] = by_id.get(row["message_id"])
+        return rows
 
     def like_messages(
         self,
@@ -406,9 +502,10 @@ class HermesDB:
 
 
 def update_session_cwd(
-    env: HermesEnv, session_id: str, cwd: str, git_branch_name: str, git_repo_root: str
+    env: HermesEnv, session_ids: str | Sequence[str], cwd: str, git_branch_name: str, git_repo_root: str
 ) -> None:
-    """Record a new cwd through Hermes's own ``SessionDB.update_session_cwd`` (spec §3.3).
+    """Record a new cwd through Hermes's own ``SessionDB.update_session_cwd`` (spec §3.3), for one
+    session or every session of a compressed conversation (one SessionDB, one write each).
 
     Upstream's ``replace_git_meta=True`` overwrites stale git fields; 0.19.0 cannot clear them,
     which :func:`attribution.trusted_repo_root` compensates for when reading.
@@ -420,9 +517,14 @@ def update_session_cwd(
         kwargs: dict[str, Any] = {}
         if "replace_git_meta" in inspect.signature(db.update_session_cwd).parameters:
             kwargs["replace_git_meta"] = True
-        db.update_session_cwd(
-            session_id, cwd, git_branch=git_branch_name or None, git_repo_root=git_repo_root or None, **kwargs
-        )
+        for session_id in [session_ids] if isinstance(session_ids, str) else session_ids:
+            db.update_session_cwd(
+                session_id,
+                cwd,
+                git_branch=git_branch_name or None,
+                git_repo_root=git_repo_root or None,
+                **kwargs,
+            )
     finally:
         db.close()
 

@@ -42,11 +42,16 @@ def _active_profile_name() -> str:
 
 
 def _load_config() -> dict[str, Any]:
-    """Hermes's config.yaml as Hermes reads it (mtime-cached by Hermes, so cheap per call)."""
-    try:
-        from hermes_cli.config import load_config
+    """Hermes's config.yaml as Hermes reads it (mtime-cached by Hermes, so cheap per call).
 
-        return load_config() or {}
+    The plugin only reads it, so Hermes's read-only accessor is used where it exists: it skips
+    the defensive deep copy, which is most of a keyword search's own time otherwise.
+    """
+    try:
+        from hermes_cli import config as hermes_config
+
+        load = getattr(hermes_config, "load_config_readonly", None) or hermes_config.load_config
+        return load() or {}
     except Exception:
         logger.warning("could not load config.yaml; using defaults", exc_info=True)
         return {}
@@ -58,7 +63,7 @@ class HermesEnv:
 
     home: Path
     profile: str
-    config: dict[str, Any] = field(repr=False)
+    config: dict[str, Any] = field(repr=False)  # Hermes's cached dict: never modify it
 
     @classmethod
     def current(cls) -> HermesEnv:
@@ -127,9 +132,12 @@ class HermesEnv:
             return None
 
     # -- folders
-    def junk_roots(self) -> tuple[str, ...]:
-        """Folders that are never an automatic repo project (as on the desktop)."""
-        return (str(Path.home()), str(self.home))
+    def junk_folders(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Git roots that are never an automatic repo project, as on the desktop
+        (``_is_repo_junk``): the home folder itself, and ``HERMES_HOME`` with everything under it
+        (a repository in ``$HERMES_HOME/plugins/`` is a plugin, not a project). As (exact roots,
+        trees); :mod:`scope` adds their real paths."""
+        return (str(Path.home()),), (str(self.home),)
 
     def home_folder(self) -> str:
         """Where "move to Home" puts a conversation: ``terminal.cwd`` if it names a folder, else ~."""

@@ -1,20 +1,46 @@
-"""Which conversations belong to which project, for one call: attribution applied to the data.
+"""Which conversations belong to which project: attribution applied to the data, once per change.
 
 :mod:`attribution` decides, purely, what project one session row is in. This module feeds it:
-the rows from :class:`hermes_db.HermesDB`, their git roots from :mod:`git_roots`, the projects
-from ``projects.db`` and the folders that are never a project from :class:`HermesEnv`. Every
-caller (search, move, the CLI's status/enable/index) goes through :class:`ProjectMap`, so they
-cannot disagree about what "this project" means.
+the rows from :class:`hermes_db.HermesDB`, every path with its symlinks resolved and git's roots
+from :mod:`git_roots`, the projects from ``projects.db`` and the folders that are never a project
+from :class:`HermesEnv`. Every caller (search, move, the CLI's status/enable/index) goes through
+:class:`ProjectMap`, so they cannot disagree about what "this project" means.
+
+Scope is computed once per change of what it depends on, not per call (``docs/scope.md``):
+
+- a :class:`Snapshot` of every session's project is kept per ``state.db`` for the process, valid
+  while ``PRAGMA data_version`` of ``state.db`` and ``projects.db`` (read on a connection kept for
+  that alone, with the files' identity), the junk folders, git's answers
+  (:attr:`GitProbe.generation`) and the filesystem facts' epoch are unchanged;
+- when it must be rebuilt, each distinct ``(cwd, git root)`` pair is made canonical once and
+  each distinct canonical triple is attributed once (the memos outlive the snapshot while the
+  projects and junk folders stay the same), so a new message costs a re-read of the session
+  rows, not a re-attribution.
+
+The current conversation is always attributed from its own row, asking git in the calling
+thread if needed; other conversations whose folder git has not answered for within the budget
+are *pending*: left out of every scope and reported (``Scope.complete``), never guessed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import os
+import sqlite3
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from . import attribution
-from .git_roots import PROBE, GitProbe
-from .hermes_db import HermesDB
+from . import attribution, git_roots
+from .git_roots import PROBE, STORE_NAME, GitProbe
+from .hermes_db import HermesDB, connect_readonly
+
+Triple = tuple[str, str, str]  # canonical (cwd, git root, worktree root)
+CACHED_HOMES = 8
 
 
 @dataclass
@@ -24,86 +50,359 @@ class Scope:
     identity: dict[str, Any]
     current: dict[str, Any]
     session_ids: list[str]  # the other sessions of the project: what may be returned
-    sessions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    conversation_of: dict[str, str] = field(default_factory=dict)  # session -> its conversation
+    pending: int = 0  # sessions left out because git has not answered for their folder yet
 
     @property
     def sessions_in_scope(self) -> int:
-        """Sessions of the project, the current one included (spec §七: 1 when alone).
+        """Conversations of the project, the current one included (spec §七: 1 when alone).
 
-        A search with no recorded conversation (the terminal's, by folder) has no current one to
+        A compressed conversation is one chain of sessions and counts once, as Hermes lists it. A
+        search with no recorded conversation (the terminal's, by folder) has no current one to
         add, so the count matches ``hermes project-history status``.
         """
-        return len(self.session_ids) + (1 if self.current.get("id") else 0)
+        return len(set(self.conversation_of.values())) + (1 if self.current.get("id") else 0)
+
+    @property
+    def complete(self) -> bool:
+        return self.pending == 0
 
     @property
     def is_home(self) -> bool:
         return self.identity.get("kind") == "home"
 
 
-class ProjectMap:
-    """Attribution over one open :class:`HermesDB`; identities memoised per distinct folder pair."""
+@dataclass
+class Snapshot:
+    """Every session's place, for one state of the data."""
 
-    def __init__(self, db: HermesDB, probe: GitProbe = PROBE) -> None:
+    token: tuple
+    roots: dict[str, str]  # session -> first session of its compression chain
+    chains: dict[str, list[str]]  # first session -> every session of the chain, oldest first
+    members: dict[tuple[str, str], dict[str, str]]  # scope key -> visible session -> conversation
+    identities: dict[tuple[str, str], dict[str, Any]]  # scope key -> identity
+    pending: list[str]  # visible sessions waiting for git
+
+
+_SERIALS = itertools.count(1)
+
+
+class DataWatch:
+    """``PRAGMA data_version`` of one database file, on a read-only connection kept for it.
+
+    The value changes whenever another connection commits, which stat() alone cannot promise
+    (a WAL commit within one timestamp tick). The file's identity is part of the token, so a
+    replaced file is noticed too; a file that cannot be read gives a token that never repeats.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._conn: sqlite3.Connection | None = None
+        self._ident: tuple[int, int] | None = None
+        self._serial = 0
+
+    def token(self) -> tuple | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            self.close()
+            return None
+        ident = (st.st_dev, st.st_ino)
+        try:
+            if self._conn is None or ident != self._ident:
+                self.close()
+                self._conn = connect_readonly(self.path, timeout=1.0)
+                self._ident, self._serial = ident, next(_SERIALS)
+            version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        except sqlite3.Error:
+            self.close()
+            return ("unreadable", next(_SERIALS))
+        return (ident, self._serial, version)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+        self._conn, self._ident = None, None
+
+
+class HomeState:
+    """What the process remembers about one Hermes home between calls."""
+
+    def __init__(self, state_db: Path, projects_db: Path) -> None:
+        self.lock = threading.RLock()
+        self.state_watch = DataWatch(state_db)
+        self.projects_watch = DataWatch(projects_db)
+        self.snapshot: Snapshot | None = None
+        # Attribution inputs and their memos (cleared when the inputs change).
+        self.inputs_key: tuple | None = None
+        self.inputs_fingerprint: tuple | None = None
+        self.index: attribution.FolderIndex | None = None
+        self.junk: attribution.Junk | None = None
+        self.identities: dict[Triple, dict[str, Any]] = {}
+        self.triples_key: tuple | None = None
+        self.triples: dict[tuple[str, str], Triple] = {}
+
+    def close(self) -> None:
+        self.state_watch.close()
+        self.projects_watch.close()
+
+
+class _Homes:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._homes: OrderedDict[str, HomeState] = OrderedDict()
+
+    def get(self, state_db: Path, projects_db: Path) -> HomeState:
+        key = str(state_db)
+        with self._lock:
+            home = self._homes.get(key)
+            if home is None:
+                home = self._homes[key] = HomeState(state_db, projects_db)
+                while len(self._homes) > CACHED_HOMES:
+                    _, evicted = self._homes.popitem(last=False)
+                    evicted.close()
+            self._homes.move_to_end(key)
+            return home
+
+    def clear(self) -> None:
+        with self._lock:
+            for home in self._homes.values():
+                home.close()
+            self._homes.clear()
+
+
+HOMES = _Homes()
+
+
+class ProjectMap:
+    """Attribution over one open :class:`HermesDB`, backed by the process's per-home memory."""
+
+    def __init__(self, db: HermesDB, probe: GitProbe = PROBE, budget_seconds: float | None = None) -> None:
         self.db = db
         self.probe = probe
-        self._index: attribution.FolderIndex | None = None
-        self._junk = db.env.junk_roots()
-        self._memo: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.budget_seconds = git_roots.FILL_BUDGET_SECONDS if budget_seconds is None else budget_seconds
+        self.home = HOMES.get(db.env.state_db, db.env.projects_db)
+        self.store = db.env.data_dir / STORE_NAME
+        self.unsure: set[tuple] = set()  # rows asked about now whose folder git did not answer for
 
-    @property
-    def index(self) -> attribution.FolderIndex:
-        if self._index is None:
-            self._index = attribution.FolderIndex(self.db.projects())
-        return self._index
+    # ------------------------------------------------------------------- inputs
 
-    def identity(self, row: dict[str, Any]) -> dict[str, Any]:
-        """The project of a row whose git roots were already filled (:meth:`filled`)."""
-        key = (
-            (row.get("cwd") or "").strip(),
-            (row.get("git_repo_root") or "").strip(),
-            (row.get("git_worktree_root") or "").strip(),
+    def _junk_folders(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        return self.db.env.junk_folders()
+
+    def _refresh_inputs(self, projects_token: tuple | None, epoch: int) -> None:
+        """Projects and junk folders in canonical form; the identity memo survives while equal."""
+        home = self.home
+        roots, trees = self._junk_folders()
+        key = (projects_token, epoch, roots, trees)
+        if home.inputs_key == key and home.index is not None:
+            return
+        real = self.probe.real
+        projects = [
+            {
+                "id": project.get("id"),
+                "name": project.get("name"),
+                "archived": project.get("archived"),
+                "folders": [
+                    real(folder.get("path") if isinstance(folder, dict) else folder)
+                    for folder in project.get("folders") or []
+                ],
+            }
+            for project in self.db.projects()
+        ]
+        junk_roots = tuple(dict.fromkeys([*roots, *map(real, roots)]))
+        junk_trees = tuple(dict.fromkeys([*trees, *map(real, trees)]))
+        fingerprint = (repr(projects), junk_roots, junk_trees)
+        if fingerprint != home.inputs_fingerprint:
+            home.identities = {}
+            home.inputs_fingerprint = fingerprint
+        home.index = attribution.FolderIndex(projects)
+        home.junk = attribution.Junk(roots=junk_roots, trees=junk_trees)
+        home.inputs_key = key
+
+    # ------------------------------------------------------------------- one row
+
+    def _triple(self, cwd: str | None, root: str | None) -> Triple | str:
+        """The canonical (cwd, root, worktree) of a recorded pair, or the git marker it waits for."""
+        real = self.probe.real
+        cwd_real, root_real = real(cwd), real(root)
+        if not cwd_real or attribution.trusted_repo_root(cwd_real, root_real):
+            return (cwd_real, root_real, "")
+        marker = self.probe.marker(cwd_real)
+        if not marker:  # no repository above it, or no such folder here: what Hermes recorded
+            return (cwd_real, root_real, "")
+        return marker
+
+    def _identity(self, triple: Triple) -> dict[str, Any]:
+        home = self.home
+        identity = home.identities.get(triple)
+        if identity is None:
+            row = {"cwd": triple[0], "git_repo_root": triple[1], "git_worktree_root": triple[2]}
+            identity = home.identities[triple] = attribution.resolve_project(row, home.index, junk=home.junk)
+        return identity
+
+    def _with_answer(self, cwd_real: str, root_real: str, answer: tuple[str, str]) -> Triple:
+        common, worktree = answer
+        if common:
+            return (cwd_real, self.probe.real(common), self.probe.real(worktree))
+        return (cwd_real, root_real, "")
+
+    def _canonical(self, pairs: Iterable[tuple[str | None, str | None]], first: Iterable[tuple]) -> tuple:
+        """Canonical triples for recorded (cwd, root) pairs; pairs whose git answer is pending are
+        left out. ``first`` pairs get git's answer in this thread, whatever it takes."""
+        home, probe = self.home, self.probe
+        key = (probe.facts_epoch(), probe.generation)
+        if home.triples_key != key:
+            home.triples, home.triples_key = {}, key
+        known = home.triples
+        waiting: dict[tuple[str | None, str | None], str] = {}
+        first_markers = set()
+        first = set(first)
+        for pair in {*pairs, *first}:
+            if pair in known:
+                continue
+            result = self._triple(*pair)
+            if isinstance(result, tuple):
+                known[pair] = result
+            else:
+                waiting[pair] = result
+                if pair in first:
+                    first_markers.add(result)
+        if not waiting:
+            return known, set()
+        answers = probe.answers(
+            set(waiting.values()) - first_markers,
+            store=self.store,
+            first=first_markers,
+            budget_seconds=self.budget_seconds,
         )
-        if key not in self._memo:
-            self._memo[key] = attribution.resolve_project(row, self.index, junk_roots=self._junk)
-        return self._memo[key]
+        pending = set()
+        for pair, marker in waiting.items():
+            if marker in answers:
+                known[pair] = self._with_answer(probe.real(pair[0]), probe.real(pair[1]), answers[marker])
+            elif pair in first:  # git gave no answer even now: what Hermes recorded, this call only
+                self.unsure.add(pair)
+            else:
+                pending.add(pair)
+        if self.unsure:
+            known = {
+                **known,
+                **{pair: (probe.real(pair[0]), probe.real(pair[1]), "") for pair in self.unsure},
+            }
+        return known, pending
 
-    def filled(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return self.probe.fill_repo_roots(rows)
+    def _token(self) -> tuple:
+        return (
+            self.home.state_watch.token(),
+            self.home.projects_watch.token(),
+            self._junk_folders(),
+            self.probe.facts_epoch(),
+            self.probe.generation,
+        )
+
+    # ------------------------------------------------------------------- snapshot
+
+    def snapshot(self, token: tuple | None = None) -> Snapshot:
+        """Every session's project, rebuilt only when something it depends on changed."""
+        home = self.home
+        with home.lock:
+            token = token or self._token()
+            if home.snapshot is not None and home.snapshot.token == token:
+                return home.snapshot
+            self._refresh_inputs(token[1], token[3])
+            links = self.db.session_links()
+            pairs = {(cwd, root) for _, cwd, root, _, _ in links}
+            known, pending_pairs = self._canonical(pairs, ())
+            identities: dict[tuple[str, str], dict[str, Any]] = {}
+            key_of: dict[tuple, tuple[str, str] | None] = {}  # per distinct pair; None: not a project
+            for pair in pairs:
+                if pair in pending_pairs:
+                    continue
+                identity = self._identity(known[pair])
+                key = attribution.scope_key(identity)
+                key_of[pair] = None if key[0] == "home" else key
+                if key[0] != "home":
+                    identities.setdefault(key, identity)
+            roots = attribution.conversation_roots({sid: continues for sid, _, _, _, continues in links})
+            members: dict[tuple[str, str], dict[str, str]] = {}
+            chains: dict[str, list[str]] = {}
+            pending: list[str] = []
+            for sid, cwd, root, visible, _ in links:
+                conversation = roots[sid]
+                chains.setdefault(conversation, []).append(sid)
+                if not visible:
+                    continue
+                pair = (cwd, root)
+                if pair in pending_pairs:
+                    pending.append(sid)
+                    continue
+                key = key_of[pair]
+                if key is not None:
+                    members.setdefault(key, {})[sid] = conversation
+            home.snapshot = Snapshot(
+                token=token,
+                roots=roots,
+                chains=chains,
+                members=members,
+                identities={key: identities[key] for key in members},
+                pending=pending,
+            )
+            return home.snapshot
+
+    # ------------------------------------------------------------------- questions
+
+    def identity(self, row: dict[str, Any], token: tuple | None = None) -> dict[str, Any]:
+        """The project of one row, asking git now if its folder needs it (never pending)."""
+        with self.home.lock:
+            token = token or self._token()
+            self._refresh_inputs(token[1], token[3])
+            pair = (row.get("cwd"), row.get("git_repo_root"))
+            known, _ = self._canonical([], [pair])
+            return self._identity(known[pair])
 
     def identity_of_folder(self, folder: str) -> dict[str, Any]:
-        (row,) = self.filled([{"id": "", "cwd": folder, "git_repo_root": None}])
-        return self.identity(row)
+        return self.identity({"cwd": folder, "git_repo_root": None})
+
+    def conversation(self, session_id: str) -> list[str]:
+        """Every session of the conversation ``session_id`` belongs to, oldest first.
+
+        Read from the data directly: a move needs the chain, not everyone's project (which could
+        wait for git about other folders).
+        """
+        links = self.db.session_links()
+        roots = attribution.conversation_roots({sid: continues for sid, _, _, _, continues in links})
+        own = roots.get(session_id, session_id)
+        return [sid for sid, *_ in links if roots[sid] == own] or [session_id]
 
     def resolve_scope(self, session_id: str, fallback_cwd: str = "") -> Scope:
         current = self.db.session(session_id) if session_id else None
         if current is None:
             current = {"id": session_id or "", "cwd": fallback_cwd or None, "git_repo_root": None}
-        current, *visible = self.filled([current, *self.db.visible_sessions()])
-        identity = self.identity(current)
-        if identity["kind"] == "home":
-            return Scope(identity=identity, current=current, session_ids=[])
-        excluded = {current["id"], *self.db.compression_ancestors(current["id"])}
-        others = [
-            row
-            for row in visible
-            if row["id"] not in excluded and attribution.same_project(identity, self.identity(row))
-        ]
+        with self.home.lock:
+            token = self._token()
+            identity = self.identity(current, token)
+            if identity["kind"] == "home":
+                return Scope(identity=identity, current=current, session_ids=[], pending=len(self.unsure))
+            if self.probe.generation != token[4]:  # git answered for the current folder just now
+                token = self._token()
+            snap = self.snapshot(token)
+        own = snap.roots.get(current["id"], current["id"])
+        conversation_of = dict(snap.members.get(attribution.scope_key(identity), {}))
+        for sid in snap.chains.get(own, ()):
+            conversation_of.pop(sid, None)
         return Scope(
             identity=identity,
             current=current,
-            session_ids=[row["id"] for row in others],
-            sessions={row["id"]: row for row in others},
+            session_ids=list(conversation_of),
+            conversation_of=conversation_of,
+            pending=len(snap.pending) + (1 if self.unsure else 0),
         )
 
     def groups(self) -> list[dict[str, Any]]:
         """Every project that has conversations: its identity and its session ids, oldest first."""
-        groups: dict[tuple[str, str], dict[str, Any]] = {}
-        for row in self.filled(self.db.visible_sessions()):
-            identity = self.identity(row)
-            if identity["kind"] == "home":
-                continue
-            group = groups.setdefault(
-                attribution.scope_key(identity), {"identity": identity, "session_ids": []}
-            )
-            group["session_ids"].append(row["id"])
-        return list(groups.values())
+        snap = self.snapshot()
+        return [
+            {"identity": snap.identities[key], "session_ids": list(session_ids)}
+            for key, session_ids in snap.members.items()
+        ]

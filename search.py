@@ -13,7 +13,7 @@ import logging
 import re
 import sqlite3
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -170,31 +170,30 @@ def plan_query(query: str) -> QueryPlan:
 # --------------------------------------------------------------------------- keyword path
 
 
-def _add_new(ranked: list[dict[str, Any]], seen: set[int], rows: Iterable[dict[str, Any]]) -> None:
-    for row in rows:
-        if row["message_id"] not in seen:
-            seen.add(row["message_id"])
-            ranked.append(row)
-
-
-def _session_count(rows: Iterable[dict[str, Any]]) -> int:
-    return len({row["session_id"] for row in rows})
+def _conversation(row: dict[str, Any]) -> str:
+    """What a result stands for: the conversation (a compression chain's first session)."""
+    return row.get("conversation") or row["session_id"]
 
 
 def keyword_messages(
     db: HermesDB,
     plan: QueryPlan,
-    session_ids: Sequence[str],
+    in_scope: Mapping[str, str],
     want_sessions: int,
+    *,
+    only_best: bool = False,
 ) -> list[dict[str, Any]]:
-    """Ranked matching messages: AND first, relaxed to OR (bm25) when too few sessions match.
+    """Ranked matching messages: AND first, relaxed to OR (bm25) when too few conversations match.
 
-    CJK terms use the trigram table when every term has three or more characters, else LIKE.
-    Latin queries that still find too few sessions get a trigram substring pass, which finds
-    words glued to CJK text (``修改youer服务端``) that unicode61 indexes as one token. An FTS
-    error of any kind falls back to LIKE: a search never fails because of its query.
+    ``in_scope`` maps each session that may be returned to its conversation; every row carries
+    its ``conversation``. CJK terms use the trigram table when every term has three or more
+    characters, else LIKE. Latin queries that still find too few conversations get a trigram
+    substring pass, which finds words glued to CJK text (``修改youer服务端``) that unicode61
+    indexes as one token. An FTS error of any kind falls back to LIKE: a search never fails
+    because of its query. ``only_best``: only the best message of the first ``want_sessions``
+    conversations matters (no fusion follows), so FTS reading stops there.
     """
-    if not plan.terms or not session_ids:
+    if not plan.terms or not in_scope:
         return []
     ranked: list[dict[str, Any]] = []
     seen: set[int] = set()
@@ -202,39 +201,46 @@ def keyword_messages(
     long_terms = all(len(t.text) >= 3 for t in plan.terms)
     # The user's AND/OR/NOT hold on the LIKE path too (else "归属 NOT 项目" would mean AND).
     expression = plan.like_expression() if plan.has_operators else None
+    enough_groups = want_sessions if only_best else None
 
     def like(require_all: bool) -> list[dict[str, Any]]:
         terms = plan.needles() if require_all or expression else [t.text for t in plan.topical()]
-        return db.like_messages(terms, session_ids, require_all, SCAN_LIMIT, expression=expression)
+        return db.like_messages(terms, list(in_scope), require_all, SCAN_LIMIT, expression=expression)
 
     def fts(table: str, match: str, require_all: bool = True) -> list[dict[str, Any]]:
         try:
-            return db.fts_messages(table, match, session_ids, SCAN_LIMIT)
+            return db.fts_messages(table, match, in_scope, SCAN_LIMIT, enough_groups=enough_groups)
         except sqlite3.OperationalError as error:
             logger.debug("FTS query %r failed (%s); using LIKE", match, error)
             return like(require_all)
 
+    def add(rows: Iterable[dict[str, Any]]) -> None:
+        for row in rows:
+            if row["message_id"] not in seen:
+                seen.add(row["message_id"])
+                ranked.append({**row, "conversation": in_scope[row["session_id"]]})
+
     def enough() -> bool:
-        return _session_count(ranked) >= want_sessions
+        return len({row["conversation"] for row in ranked}) >= want_sessions
 
     schema = db.schema
     if plan.has_cjk or not schema.fts_columns:
         if schema.has_trigram and long_terms:
-            _add_new(ranked, seen, fts("messages_fts_trigram", plan.match_all()))
+            add(fts("messages_fts_trigram", plan.match_all()))
             if relax and not enough():
-                _add_new(ranked, seen, fts("messages_fts_trigram", plan.match_any(), require_all=False))
+                add(fts("messages_fts_trigram", plan.match_any(), require_all=False))
         else:
-            _add_new(ranked, seen, like(True))
+            add(like(True))
             if relax and not enough():
-                _add_new(ranked, seen, like(False))
+                add(like(False))
         return ranked
 
-    _add_new(ranked, seen, fts("messages_fts", plan.match_all()))
+    add(fts("messages_fts", plan.match_all()))
     if relax and not enough():
-        _add_new(ranked, seen, fts("messages_fts", plan.match_any(), require_all=False))
+        add(fts("messages_fts", plan.match_any(), require_all=False))
     if not enough() and schema.has_trigram and long_terms:
         match = plan.match_any() if relax else plan.match_all()
-        _add_new(ranked, seen, fts("messages_fts_trigram", match, require_all=not relax))
+        add(fts("messages_fts_trigram", match, require_all=not relax))
     return ranked
 
 
@@ -283,40 +289,43 @@ def fuse_rankings(
     keyword_weight: float = 1.0,
     semantic_weight: float = 1.0,
 ) -> list[dict[str, Any]]:
-    """RRF over *session* rankings; one row per session, its best message, best session first.
+    """RRF over *conversation* rankings; one row per conversation, its best message, best first.
 
     Results are sessions, and a session is often found by keyword through one message and by
     meaning through another: fusing message ids (spec §4.4) cannot add that evidence up, fusing
     each path's session order can. Measured on LoCoMo this is what lets hybrid match or beat
     both single modes on every metric (bench/README.md, "Why these settings"). A session's
-    message is its best under message-level fusion; ``score_source`` says which paths found it.
+    message is its best under message-level fusion; ``score_source`` says which paths found the
+    session. A conversation is the row's ``conversation`` (a compression chain) when given, else
+    its session.
     """
     scores: dict[str, float] = {}
     sources: dict[str, set[str]] = {}
     for source, rows, weight in _paths(keyword, semantic, keyword_weight, semantic_weight):
-        for rank, session_id in enumerate(dict.fromkeys(row["session_id"] for row in rows), start=1):
-            scores[session_id] = scores.get(session_id, 0.0) + weight / (k + rank)
-            sources.setdefault(session_id, set()).add(source)
+        for rank, group in enumerate(dict.fromkeys(map(_conversation, rows)), start=1):
+            scores[group] = scores.get(group, 0.0) + weight / (k + rank)
+            sources.setdefault(group, set()).add(source)
     best: dict[str, dict[str, Any]] = {}
     for row in fuse_messages(keyword, semantic, k, keyword_weight, semantic_weight):
-        best.setdefault(row["session_id"], row)
-    ordered = sorted(best.values(), key=lambda row: (-scores[row["session_id"]], row["message_id"]))
+        best.setdefault(_conversation(row), row)
+    ordered = sorted(best.values(), key=lambda row: (-scores[_conversation(row)], row["message_id"]))
     return [
         {
             **row,
-            "score": scores[row["session_id"]],
-            "score_source": "both" if len(sources[row["session_id"]]) == 2 else row["score_source"],
+            "score": scores[_conversation(row)],
+            "score_source": "both" if len(sources[_conversation(row)]) == 2 else row["score_source"],
         }
         for row in ordered
     ]
 
 
 def best_per_session(rows: Iterable[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
-    """One entry per session, its best message, in rank order."""
+    """One entry per conversation (a compressed conversation's sessions are one), its best
+    message, in rank order, as Hermes's ``session_search`` de-duplicates by lineage."""
     picked: dict[str, dict[str, Any]] = {}
     for row in rows:
-        if row["session_id"] not in picked:
-            picked[row["session_id"]] = row
+        if _conversation(row) not in picked:
+            picked[_conversation(row)] = row
             if len(picked) >= limit:
                 break
     return list(picked.values())
@@ -363,26 +372,37 @@ def session_link(session_id: str, profile: str) -> str:
 
 
 def shape_results(
-    rows: Sequence[dict[str, Any]], scope: Scope, needles: Sequence[str], profile: str
+    rows: Sequence[dict[str, Any]], titles: Mapping[str, str | None], needles: Sequence[str], profile: str
 ) -> list[dict[str, Any]]:
+    """Spec §4.5 rows. A hit in a later part of a compressed conversation names the session that
+    holds the message and, as ``parent_session_id``, the conversation's first session (the key
+    Hermes's ``session_search`` uses for the lineage root)."""
     results = []
     for row in rows:
-        session = scope.sessions.get(row["session_id"], {})
-        results.append(
-            {
-                "session_id": row["session_id"],
-                "link": session_link(row["session_id"], profile),
-                "title": session.get("title"),
-                "message_id": row["message_id"],
-                "snippet": make_snippet(row.get("chunk_text") or row.get("content"), needles),
-                "score_source": row.get("score_source", "keyword"),
-                "when": format_when(row.get("timestamp")),
-            }
-        )
+        session_id, conversation = row["session_id"], _conversation(row)
+        result = {
+            "session_id": session_id,
+            "link": session_link(session_id, profile),
+            "title": titles.get(session_id) or titles.get(conversation),
+            "message_id": row["message_id"],
+            "snippet": make_snippet(row.get("chunk_text") or row.get("content"), needles),
+            "score_source": row.get("score_source", "keyword"),
+            "when": format_when(row.get("timestamp")),
+        }
+        if conversation != session_id:
+            result["parent_session_id"] = conversation
+        results.append(result)
     return results
 
 
 # --------------------------------------------------------------------------- the whole search
+
+
+def _completeness(scope: Scope) -> dict[str, Any]:
+    """Said only when it is not: sessions git has not placed yet are left out, never guessed."""
+    if scope.complete:
+        return {}
+    return {"scope_complete": False, "sessions_pending": scope.pending}
 
 
 def run_search(
@@ -393,6 +413,7 @@ def run_search(
     ``build_index=False`` (the terminal's ``search``): semantic search runs only over a complete
     index and starts no indexing that the exiting process would abandon.
     """
+
     env = HermesEnv.current()
     try:
         db = HermesDB.open(env)
@@ -403,32 +424,57 @@ def run_search(
         if scope.is_home:
             has_cwd = bool((scope.current.get("cwd") or "").strip())
             message = NO_PROJECT_FOR_CWD if has_cwd else NO_PROJECT_CONTEXT
-            return {"success": True, "results": [], "message": message, "sessions_in_scope": 0}
+            return {
+                "success": True,
+                "results": [],
+                "message": message,
+                "sessions_in_scope": 0,
+                **_completeness(scope),
+            }
         if not scope.session_ids:
-            return {"success": True, "results": [], "message": NO_OTHER_SESSIONS, "sessions_in_scope": 1}
+            return {
+                "success": True,
+                "results": [],
+                "message": NO_OTHER_SESSIONS,
+                "sessions_in_scope": 1,
+                **_completeness(scope),
+            }
 
         plan = plan_query(query)
-        keyword = keyword_messages(db, plan, scope.session_ids, limit) if mode != "semantic" else []
+        in_scope = scope.conversation_of
+        keyword = []
+        if mode != "semantic":
+            keyword = keyword_messages(db, plan, in_scope, limit, only_best=mode == "keyword")
         outcome = semantic.search(env, db, scope, query, run=mode != "keyword", build=build_index)
-        if mode == "semantic" and not outcome.rows and outcome.status not in ("ready", "partial", "indexing"):
+        # Both paths got the same scope; a row outside it is dropped all the same.
+        semantic_rows = [
+            {**row, "conversation": in_scope[row["session_id"]]}
+            for row in outcome.rows
+            if row["session_id"] in in_scope
+        ]
+        answered = outcome.status in ("ready", "partial", "indexing")
+        if mode == "semantic" and not semantic_rows and not answered:
             # Semantic search cannot answer: keep the keyword results the agent can still use.
-            keyword = keyword_messages(db, plan, scope.session_ids, limit)
-        if mode == "keyword" or not outcome.rows:
+            keyword = keyword_messages(db, plan, in_scope, limit, only_best=True)
+        if mode == "keyword" or not semantic_rows:
             ranked = [{**row, "score_source": "keyword"} for row in keyword]
         elif mode == "semantic":
-            ranked = [{**row, "score_source": "semantic"} for row in outcome.rows]
+            ranked = [{**row, "score_source": "semantic"} for row in semantic_rows]
         else:
             embedding = env.settings.embedding
             ranked = fuse_rankings(
-                keyword, outcome.rows, embedding.rrf_k, embedding.keyword_weight, embedding.semantic_weight
+                keyword, semantic_rows, embedding.rrf_k, embedding.keyword_weight, embedding.semantic_weight
             )
+        best = best_per_session(ranked, limit)
+        titles = db.titles({id_ for row in best for id_ in (row["session_id"], _conversation(row))})
         result: dict[str, Any] = {
             "success": True,
             "mode": mode,
             "project": scope.identity,
-            "results": shape_results(best_per_session(ranked, limit), scope, plan.needles(), env.profile),
+            "results": shape_results(best, titles, plan.needles(), env.profile),
             "sessions_in_scope": scope.sessions_in_scope,
             "semantic_status": outcome.status,
+            **_completeness(scope),
         }
     if outcome.error:
         result["semantic_error"] = outcome.error

@@ -42,7 +42,17 @@ os.environ["HERMES_HOME"] = str(BOOT_HOME)
 os.environ.pop("PROJECT_HISTORY_EMBEDDING_API_KEY", None)
 
 _IGNORED = shutil.ignore_patterns(
-    ".git", ".venv", ".cache", "__pycache__", "*.pyc", "tests", "bench", "embeddings.db*", "consent.json"
+    ".git",
+    ".venv",
+    ".cache",
+    ".hypothesis",
+    "__pycache__",
+    "*.pyc",
+    "tests",
+    "bench",
+    "embeddings.db*",
+    "git_roots.db*",
+    "consent.json",
 )
 
 

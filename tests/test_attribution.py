@@ -35,9 +35,19 @@ def project(pid: str, name: str, *folders: str, archived: bool = False) -> dict:
         ("C:\\Users\\Me\\Repo\\", "c:/users/me/repo"),
         ("c:/users/me/repo", "c:/users/me/repo"),
         ("C:/USERS/ME/REPO//", "c:/users/me/repo"),
-        ("\\\\Server\\Share\\Repo", "server/share/repo"),  # UNC
-        ("//SERVER/share/repo/", "server/share/repo"),  # UNC, forward slashes
-        ("\\Users\\Me", "users/me"),  # backslash-rooted
+        ("\\\\Server\\Share\\Repo", "//server/share/repo"),  # UNC
+        ("\\/Server/Share/Repo", "//server/share/repo"),  # UNC, mixed separators
+        ("//SERVER/share/repo/", "/SERVER/share/repo"),  # POSIX: two leading slashes are one
+        ("\\Users\\Me", "\\users/me"),  # backslash-rooted (current drive)
+        # POSIX: "." and ".." are resolved, a backslash is part of a name.
+        ("/x/app/../app2", "/x/app2"),
+        ("/x/./app/.", "/x/app"),
+        ("/../x", "/x"),  # ".." stops at the root
+        ("/x/app\\evil", "/x/app\\evil"),
+        ("C:\\Work\\..\\..\\Repo", "c:/repo"),  # ".." stops at the drive
+        ("\\\\srv\\share\\..\\x", "//srv/share/x"),  # ... and at the share
+        ("relative/path", ""),  # names no place
+        ("C:relative", ""),
     ],
 )
 def test_path_key(attr, path, key):
@@ -47,6 +57,21 @@ def test_path_key(attr, path, key):
 def test_windows_spellings_share_one_key_posix_spellings_do_not(attr):
     assert attr.path_key("C:\\Work\\Repo") == attr.path_key("c:/work/repo/") == "c:/work/repo"
     assert attr.path_key("/work/Repo") != attr.path_key("/work/repo")
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        ("/users/me", "\\Users\\Me"),  # POSIX vs the root of the current Windows drive
+        ("/srv/share", "\\\\srv\\share"),  # POSIX vs UNC
+        ("/c:/x", "c:\\x"),  # a POSIX folder named "c:" vs drive C:
+        ("\\users\\me", "\\\\users\\me"),  # current-drive root vs UNC
+    ],
+)
+def test_path_kinds_never_collide(attr, one, other):
+    assert attr.path_parts(one) != attr.path_parts(other)
+    assert attr.path_key(one) != attr.path_key(other)
+    assert not attr.is_path_under(one, other) and not attr.is_path_under(other, one)
 
 
 # --------------------------------------------------------------------------- is_path_under
@@ -70,7 +95,15 @@ def test_windows_spellings_share_one_key_posix_spellings_do_not(attr):
         ("C:\\Work\\Repo", "c:/work/repo/src", True),  # Windows folds case and separators
         ("c:\\work\\repo\\", "C:\\WORK\\REPO", True),
         ("C:\\Work\\Repo", "C:\\Work\\Repo2", False),
-        ("\\\\srv\\share", "//SRV/Share/team/x", True),
+        ("\\\\srv\\share", "\\\\SRV\\Share\\team\\x", True),
+        ("\\\\srv\\share", "//SRV/Share/team/x", False),  # "//" starts a POSIX path
+        # Issue 8: cwds recorded under /x/app that are not in it.
+        ("/x/app", "/x/app/../app2", False),
+        ("/x/app", "/x/app\\evil", False),
+        ("/x/app", "//x/APP", False),
+        ("/x/app", "//x/app/src", True),
+        ("/x/app", "/x/app/sub/../src", True),
+        ("/x/app", "/x/app/..", False),
         ("", "/a", False),
         (None, "/a", False),
         ("/a", "", False),
@@ -171,7 +204,8 @@ def test_folder_index_windows_casefold_and_posix_case(attr):
     index = attr.FolderIndex([win, unc, posix])
     assert index.match("c:/users/me/repo/src") == (win, 4)
     assert index.match("C:\\USERS\\ME\\REPO") == (win, 4)
-    assert index.match("//FileServer/team/docs") == (unc, 2)
+    assert index.match("\\\\FileServer\\team\\docs") == (unc, 2)
+    assert index.match("//FileServer/team/docs") == (None, -1)  # a POSIX path
     assert index.match("/srv/Repo/x") == (posix, 2)
     assert index.match("/srv/repo/x") == (None, -1)
 
@@ -257,6 +291,42 @@ def test_resolve_project_junk_roots_are_never_automatic_projects(attr):
     # An explicit project on a junk folder is still honoured.
     mine = project("p_me", "Me", "/home/me")
     assert attr.resolve_project(row, [mine], junk_roots=["/home/me"])["id"] == "p_me"
+
+
+def test_junk_trees_hold_nothing_automatic_but_explicit_projects_still_count(attr):
+    junk = attr.Junk(roots=["/home/me"], trees=["/home/me/.hermes"])
+    plugin = {"cwd": "/home/me/.hermes/plugins/x", "git_repo_root": "/home/me/.hermes/plugins/x"}
+    assert attr.resolve_project(plugin, [], junk=junk) == {"kind": "home"}
+    hermes_home = {"cwd": "/home/me/.hermes", "git_repo_root": "/home/me/.hermes"}
+    assert attr.resolve_project(hermes_home, [], junk=junk) == {"kind": "home"}
+    # Only the home folder itself is junk, not what is under it.
+    code = {"cwd": "/home/me/code/app", "git_repo_root": "/home/me/code/app"}
+    assert attr.resolve_project(code, [], junk=junk) == {"kind": "auto", "key": "/home/me/code/app"}
+    # A sibling that shares a string prefix with HERMES_HOME is not under it.
+    sibling = {"cwd": "/home/me/.hermes2", "git_repo_root": "/home/me/.hermes2"}
+    assert attr.resolve_project(sibling, [], junk=junk)["kind"] == "auto"
+    mine = project("p_plugin", "Plugin work", "/home/me/.hermes/plugins/x")
+    assert attr.resolve_project(plugin, [mine], junk=junk)["id"] == "p_plugin"
+
+
+def test_conversation_roots_follow_compression_chains(attr):
+    continues = {
+        "a": None,
+        "b": "a",
+        "c": "b",
+        "d": None,
+        "e": "d",
+        "f": "e",
+        "x": "gone",
+        "l1": "l2",
+        "l2": "l1",
+    }
+    roots = attr.conversation_roots(continues)
+    assert [roots[s] for s in "abc"] == ["a", "a", "a"]
+    assert [roots[s] for s in "def"] == ["d", "d", "d"]
+    assert roots["x"] == "x"  # continues a session that is not there: starts its own
+    assert roots["l1"] == roots["l2"]  # a loop still gives one conversation
+    assert set(roots) == set(continues)
 
 
 def test_resolve_project_accepts_a_prebuilt_index(attr):

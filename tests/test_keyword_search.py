@@ -646,7 +646,7 @@ def test_a_failing_search_is_a_json_error_not_a_traceback(world, hermes_db, monk
     def boom(*_args, **_kwargs):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(hermes_db.HermesDB, "visible_sessions", boom)
+    monkeypatch.setattr(hermes_db.HermesDB, "session_links", boom)
     assert world.search(now, "x") == {
         "success": False,
         "error": "project history search failed: RuntimeError",

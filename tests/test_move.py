@@ -233,15 +233,14 @@ NOT_A_STRING = "project_id must be a string: a project id such as 'p_abc123', or
         ({}, "project_id is required: a project id such as 'p_abc123', or '' for Home"),
         ({"project_id": 42}, NOT_A_STRING),
         ({"project_id": ["p_x"]}, NOT_A_STRING),
-        ({"project_id": None}, None),  # null is Home, as '' is
+        ({"project_id": None}, NOT_A_STRING),  # issue 8.12: null is not Home; only '' is
+        ({"project_id": True}, NOT_A_STRING),
+        ({"project_id": {"id": "p_x"}}, NOT_A_STRING),
     ],
 )
 def test_bad_move_input_is_a_json_error(world, args, error):
     me = world.session(world.folder("a"))
     result = world.call("project_session_move", args, me)
-    if error is None:
-        assert (result["success"], result["cwd"]) == (True, str(Path.home()))
-        return
     assert result == {"success": False, "error": error}
     assert world.row(me)["cwd"] == str(world.root / "a")
 
