@@ -35,6 +35,10 @@ MULTIMODAL_PREFIX = "\x00json:"
 PER_SESSION_SCAN = 5
 
 ChunkKey = tuple[str, int, int]  # (session_id, message_id, chunk_index)
+#: A session's active messages: (newest id, count, sum of ids). Hermes appends messages and only
+#: ever flips ``active`` (rewind, restore_rewound, compaction), so a change to any of the three
+#: is a change to the session's live history.
+SessionMark = tuple[int, int, int]
 
 
 class NoSessionDatabase(Exception):
@@ -390,6 +394,49 @@ class HermesDB:
             (json.dumps(list(session_ids)),),
         ).fetchone()
         return tuple(row)
+
+    def session_marks(self, below: Mapping[str, int]) -> dict[str, tuple[SessionMark, SessionMark]]:
+        """Per session: its :data:`SessionMark` now, and (id, count, sum) of its active messages up
+        to the given id. Read from Hermes's (session_id, active, ...) index alone, never a row.
+
+        Sessions without an active message are left out.
+        """
+        rows = self.conn.execute(
+            "SELECT wanted.key, max(m.id), count(m.id), total(m.id), "
+            "sum(m.id <= wanted.below), total(CASE WHEN m.id <= wanted.below THEN m.id END) "
+            "FROM (SELECT key, json_extract(value, '$[0]') AS sid, json_extract(value, '$[1]') AS below "
+            "      FROM json_each(?)) AS wanted "
+            "CROSS JOIN messages m ON m.session_id = wanted.sid AND m.active = 1 "
+            "GROUP BY wanted.key",
+            (json.dumps([[sid, after] for sid, after in below.items()]),),
+        ).fetchall()
+        ids = list(below)
+        marks: dict[str, tuple[SessionMark, SessionMark]] = {}
+        for key, newest, count, id_sum, count_below, sum_below in rows:
+            sid = ids[key]
+            marks[sid] = ((newest, count, int(id_sum)), (below[sid], count_below or 0, int(sum_below)))
+        return marks
+
+    def nonlive_message_ids(self, session_ids: Sequence[str]) -> list[int]:
+        """Messages of these sessions that are stored but not live (rewound; hidden upstream)."""
+        scope = json.dumps(list(session_ids))
+        condition = "m.active = 0"
+        if "compacted" in self.schema.message_columns:
+            condition += " AND COALESCE(m.compacted, 0) = 0"
+        ids = [
+            r[0]
+            for r in self.conn.execute(
+                f"SELECT m.id FROM messages m WHERE {_SCOPE_SQL} AND {condition}", (scope,)
+            )
+        ]
+        if "display_kind" in self.schema.message_columns:
+            ids += [
+                r[0]
+                for r in self.conn.execute(
+                    f"SELECT m.id FROM messages m WHERE {_SCOPE_SQL} AND m.display_kind = 'hidden'", (scope,)
+                )
+            ]
+        return ids
 
     def live_message_ids(self, session_ids: Sequence[str]) -> set[int]:
         rows = self.conn.execute(
