@@ -517,6 +517,8 @@ class LocalOnnxEmbedder(_Counters):
         self._model = _load_local(embedding.model_path)
         model = self._model
         self._where = f"local model {embedding.model_path!r}"
+        #: Word-pieces the model reads; the rest of a text is cut off (the indexer sizes chunks by it).
+        self.max_input_tokens = model.max_length
         self.fingerprint = _fingerprint(
             "local",
             model.model_sha256[:12],
