@@ -35,6 +35,15 @@ SNIPPET_CHARS = 240
 NO_PROJECT_CONTEXT = "No project context (no working directory recorded)"
 NO_PROJECT_FOR_CWD = "No project context (the working directory is in no project or git repository)"
 NO_OTHER_SESSIONS = "No other sessions in this project"
+#: Said when a semantic search answers with keyword results (``semantic_fallback: "keyword"``).
+FALLBACK_MESSAGES = {
+    "indexing": "The semantic index is still being built: these are keyword results",
+    "partial": "The semantic index does not cover these sessions yet: these are keyword results",
+    "ready": "Nothing in the semantic index matched: these are keyword results",
+    "disabled": "Semantic search is off: these are keyword results",
+    "consent_required": "Semantic search needs the user's consent first: these are keyword results",
+    "unavailable": "Semantic search is unavailable (see semantic_error): these are keyword results",
+}
 
 _CJK = re.compile(f"[{CJK_CHARS}]")
 _WORD_CHAR = re.compile(r"\w")
@@ -393,8 +402,9 @@ def run_search(query: str, mode: str, limit: int, session_id: str, fallback_cwd:
         plan = plan_query(query)
         keyword = keyword_messages(db, plan, scope.session_ids, limit) if mode != "semantic" else []
         outcome = semantic.search(env, db, scope, query, run=mode != "keyword")
-        if mode == "semantic" and not outcome.rows and outcome.status not in ("ready", "partial", "indexing"):
-            # Semantic search cannot answer: keep the keyword results the agent can still use.
+        fallback = mode == "semantic" and not outcome.rows
+        if fallback:
+            # Semantic search cannot answer (yet): the keyword results the agent can still use.
             keyword = keyword_messages(db, plan, scope.session_ids, limit)
         if mode == "keyword" or not outcome.rows:
             ranked = [{**row, "score_source": "keyword"} for row in keyword]
@@ -415,6 +425,9 @@ def run_search(query: str, mode: str, limit: int, session_id: str, fallback_cwd:
         }
     if outcome.error:
         result["semantic_error"] = outcome.error
+    if fallback and result["results"]:
+        result["semantic_fallback"] = "keyword"
+        result["message"] = FALLBACK_MESSAGES.get(outcome.status, FALLBACK_MESSAGES["unavailable"])
     if not result["results"]:
         result["message"] = "No matching messages in this project's other sessions"
     if outcome.status == "consent_required" and mode != "keyword":
