@@ -13,7 +13,7 @@ import logging
 import re
 import sqlite3
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -270,8 +270,8 @@ def fuse_messages(
             entry = fused.setdefault(row["message_id"], {**row, "score": 0.0, "sources": set()})
             entry["score"] += weight / (k + rank)
             entry["sources"].add(source)
-            if source == "semantic" and row.get("chunk_text"):
-                entry.setdefault("chunk_text", row["chunk_text"])
+            if source == "semantic" and row.get("matched_chunk") is not None:
+                entry.setdefault("matched_chunk", row["matched_chunk"])
     ordered = sorted(fused.values(), key=lambda e: (-e["score"], e["message_id"]))
     for entry in ordered:
         sources = entry.pop("sources")
@@ -361,18 +361,25 @@ def session_link(session_id: str, profile: str) -> str:
 
 
 def shape_results(
-    rows: Sequence[dict[str, Any]], scope: Scope, needles: Sequence[str], profile: str
+    rows: Sequence[dict[str, Any]],
+    scope: Scope,
+    needles: Sequence[str],
+    profile: str,
+    matched_text: Callable[[dict[str, Any]], str | None] | None = None,
 ) -> list[dict[str, Any]]:
+    """The rows as the tool returns them; a semantic hit's snippet is the text the model matched
+    (``matched_text``, computed here for the returned rows only)."""
     results = []
     for row in rows:
         session = scope.sessions.get(row["session_id"], {})
+        matched = matched_text(row) if matched_text and row.get("matched_chunk") is not None else None
         results.append(
             {
                 "session_id": row["session_id"],
                 "link": session_link(row["session_id"], profile),
                 "title": session.get("title"),
                 "message_id": row["message_id"],
-                "snippet": make_snippet(row.get("chunk_text") or row.get("content"), needles),
+                "snippet": make_snippet(matched or row.get("content"), needles),
                 "score_source": row.get("score_source", "keyword"),
                 "when": format_when(row.get("timestamp")),
             }
@@ -419,7 +426,13 @@ def run_search(query: str, mode: str, limit: int, session_id: str, fallback_cwd:
             "success": True,
             "mode": mode,
             "project": scope.identity,
-            "results": shape_results(best_per_session(ranked, limit), scope, plan.needles(), env.profile),
+            "results": shape_results(
+                best_per_session(ranked, limit),
+                scope,
+                plan.needles(),
+                env.profile,
+                lambda row: semantic.matched_text(db, row, outcome.framing),
+            ),
             "sessions_in_scope": scope.sessions_in_scope,
             "semantic_status": outcome.status,
         }
