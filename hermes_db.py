@@ -395,27 +395,40 @@ class HermesDB:
         ).fetchone()
         return tuple(row)
 
-    def session_marks(self, below: Mapping[str, int]) -> dict[str, tuple[SessionMark, SessionMark]]:
-        """Per session: its :data:`SessionMark` now, and (id, count, sum) of its active messages up
-        to the given id. Read from Hermes's (session_id, active, ...) index alone, never a row.
+    def session_totals(self, session_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """Per session, (count, sum of ids) of its active messages, read from Hermes's
+        (session_id, active, ...) index alone, never a row. Sessions with none are left out.
 
-        Sessions without an active message are left out.
+        The cheapest exact-enough signal of change there is: an append, a rewind, a
+        ``restore_rewound``, a compaction or a rewrite each change the count or the sum.
         """
         rows = self.conn.execute(
-            "SELECT wanted.key, max(m.id), count(m.id), total(m.id), "
-            "sum(m.id <= wanted.below), total(CASE WHEN m.id <= wanted.below THEN m.id END) "
-            "FROM (SELECT key, json_extract(value, '$[0]') AS sid, json_extract(value, '$[1]') AS below "
-            "      FROM json_each(?)) AS wanted "
-            "CROSS JOIN messages m ON m.session_id = wanted.sid AND m.active = 1 "
-            "GROUP BY wanted.key",
-            (json.dumps([[sid, after] for sid, after in below.items()]),),
-        ).fetchall()
-        ids = list(below)
-        marks: dict[str, tuple[SessionMark, SessionMark]] = {}
-        for key, newest, count, id_sum, count_below, sum_below in rows:
-            sid = ids[key]
-            marks[sid] = ((newest, count, int(id_sum)), (below[sid], count_below or 0, int(sum_below)))
-        return marks
+            f"SELECT m.session_id, count(*), sum(m.id) FROM messages m WHERE {_SCOPE_SQL} AND m.active = 1 "
+            "GROUP BY m.session_id",
+            (json.dumps(list(session_ids)),),
+        )
+        return {r[0]: (r[1], r[2]) for r in rows}
+
+    def session_marks(self, session_ids: Sequence[str]) -> dict[str, SessionMark]:
+        """Per session, the :data:`SessionMark` of its active messages (index only, as above)."""
+        rows = self.conn.execute(
+            "SELECT m.session_id, max(m.id), count(*), sum(m.id) FROM messages m "
+            f"WHERE {_SCOPE_SQL} AND m.active = 1 GROUP BY m.session_id",
+            (json.dumps(list(session_ids)),),
+        )
+        return {r[0]: (r[1], r[2], r[3]) for r in rows}
+
+    def active_after(self, after_id_by_session: Mapping[str, int]) -> dict[str, tuple[int, int]]:
+        """Per session, (count, sum of ids) of its active messages newer than the given id."""
+        if not after_id_by_session:
+            return {}
+        rows = self.conn.execute(
+            "SELECT json_extract(wanted.value, '$[0]'), count(*), sum(m.id) FROM json_each(?) AS wanted "
+            "CROSS JOIN messages m ON m.session_id = json_extract(wanted.value, '$[0]') "
+            "AND m.active = 1 AND m.id > json_extract(wanted.value, '$[1]') GROUP BY wanted.key",
+            (json.dumps([[sid, after] for sid, after in after_id_by_session.items()]),),
+        )
+        return {r[0]: (r[1], r[2]) for r in rows}
 
     def nonlive_message_ids(self, session_ids: Sequence[str]) -> list[int]:
         """Messages of these sessions that are stored but not live (rewound; hidden upstream)."""

@@ -196,7 +196,7 @@ class CheckPlan:
 
     after: dict[str, int]  # sessions to read, and the id after which to read them
     marks: dict[str, SessionMark]  # per session read: its mark now, saved after a complete pass
-    state: dict[str, SessionMark]  # every session's mark now (the matrix cache's freshness)
+    state: dict[str, tuple[int, int]]  # every session's (count, id sum) now: the matrix cache's freshness
     to_read: int  # active messages (any role) the check will read
 
     @property
@@ -205,26 +205,34 @@ class CheckPlan:
 
 
 EMPTY_MARK: SessionMark = (0, 0, 0)
+EMPTY_TOTALS = (0, 0)
 
 
 def plan_check(
     db: HermesDB, store: IndexStore, session_ids: Sequence[str], fingerprint: str, framing: Any
 ) -> CheckPlan:
     checked = store.watermarks(index_recipe(fingerprint, framing), session_ids)
-    marks = db.session_marks({sid: checked[sid][0] if sid in checked else 0 for sid in session_ids})
+    totals = db.session_totals(session_ids)
+    state = {sid: totals.get(sid, EMPTY_TOTALS) for sid in session_ids}
+    changed = [sid for sid in session_ids if sid not in checked or checked[sid][1:] != state[sid]]
+    marks = db.session_marks(changed) if changed else {}
+    grown = {
+        sid: checked[sid][0]
+        for sid in changed
+        if sid in checked and marks.get(sid, EMPTY_MARK)[0] > checked[sid][0]
+    }
+    newer = db.active_after(grown)
     after: dict[str, int] = {}
     moved: dict[str, SessionMark] = {}
-    state: dict[str, SessionMark] = {}
     to_read = 0
-    for sid in session_ids:
-        now, below = marks.get(sid, (EMPTY_MARK, EMPTY_MARK))
-        state[sid] = now
+    for sid in changed:
+        now = marks.get(sid, EMPTY_MARK)
         old = checked.get(sid)
-        if old is not None and (below[1], below[2]) == (old[1], old[2]):
-            if now[0] > old[0]:  # only messages newer than the mark
-                after[sid], moved[sid] = old[0], now
-                to_read += now[1] - below[1]
-        else:  # never checked, or rewound / restored / compacted below the mark
+        new_count, new_sum = newer.get(sid, (0, 0))
+        if old is not None and new_count and (now[1] - new_count, now[2] - new_sum) == (old[1], old[2]):
+            after[sid], moved[sid] = old[0], now  # only messages newer than the mark
+            to_read += new_count
+        else:  # never checked, or rewound / restored / compacted / rewritten below the mark
             after[sid], moved[sid] = 0, now
             to_read += now[1]
     return CheckPlan(after=after, marks=moved, state=state, to_read=to_read)
@@ -386,7 +394,7 @@ def index_scope(
             HermesDB.open(env) as db,
             IndexStore.open_writable(env.index_path, BACKGROUND_BUSY_SECONDS) as store,
         ):
-            return build_index(
+            written, complete = build_index(
                 db,
                 store,
                 session_ids,
@@ -396,6 +404,22 @@ def index_scope(
                 progress,
                 should_continue=gate_check(identity),
             )
+            if complete:
+                _refresh_matrix_file(store, embedder.fingerprint, identity, session_ids)
+            return written, complete
+
+
+def _refresh_matrix_file(
+    store: IndexStore, fingerprint: str, identity: dict[str, Any], session_ids: Any
+) -> None:
+    """Bring the project's matrix file up to date now, so the next process's first search maps it
+    as it is instead of reading what changed out of SQLite. A derived file: failing is harmless."""
+    from . import matrix_file
+
+    try:
+        matrix_file.refresh(store, fingerprint, matrix_file.identity_file_key(identity), session_ids)
+    except Exception:
+        logger.info("matrix file not refreshed; the next search will", exc_info=True)
 
 
 # --------------------------------------------------------------------------- background

@@ -53,6 +53,14 @@ def matrix_dir(index_path: Path) -> Path:
     return index_path.parent / "matrix"
 
 
+def identity_file_key(identity: dict[str, Any]) -> str:
+    """Which matrix file a project's vectors live in (one per project, whatever the current session)."""
+    from .attribution import scope_key
+
+    kind, value = scope_key(identity)
+    return f"{kind}:{value}"
+
+
 def file_name(instance: str, fingerprint: str, scope_key: str) -> str:
     return hashlib.sha256(f"{instance}\n{fingerprint}\n{scope_key}".encode()).hexdigest()[:24]
 

@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import matrix_file
-from .attribution import scope_key as identity_key
 from .consent import read_consent, semantic_gate
-from .hermes_db import HermesDB, SessionMark, message_text
+from .hermes_db import HermesDB, message_text
 from .hermes_env import HermesEnv, install_command
 from .index_db import (
     INLINE_BUSY_SECONDS,
@@ -43,7 +42,7 @@ from .index_db import (
 )
 from .indexer import (
     BACKGROUND,
-    EMPTY_MARK,
+    EMPTY_TOTALS,
     Framing,
     build_index,
     chunk_text,
@@ -119,10 +118,10 @@ def _writable(env: HermesEnv) -> None:
 # --------------------------------------------------------------------------- the matrix
 
 
-def scope_state(db: HermesDB, session_ids: Sequence[str]) -> dict[str, SessionMark]:
-    """Every session's :data:`SessionMark` now (when no index check computed it already)."""
-    marks = db.session_marks(dict.fromkeys(session_ids, 0))
-    return {sid: marks[sid][0] if sid in marks else EMPTY_MARK for sid in session_ids}
+def scope_state(db: HermesDB, session_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """Every session's (count, id sum) of active messages now (when no index check computed it)."""
+    totals = db.session_totals(session_ids)
+    return {sid: totals.get(sid, EMPTY_TOTALS) for sid in session_ids}
 
 
 @dataclass
@@ -179,7 +178,7 @@ class MatrixCache:
         fingerprint: str,
         session_ids: Sequence[str],
         scope_key: str | None = None,
-        state: dict[str, SessionMark] | None = None,
+        state: dict[str, tuple[int, int]] | None = None,
     ) -> ScopeMatrix:
         scope_hash = content_hash("\n".join(sorted(session_ids)))
         key = scope_key or "sessions:" + scope_hash
@@ -191,7 +190,7 @@ class MatrixCache:
             instance,
             generation,
             scope_hash,
-            tuple(state.get(sid, EMPTY_MARK) for sid in session_ids),
+            tuple(state.get(sid, EMPTY_TOTALS) for sid in session_ids),
         )
         with self._lock:
             cached = self._entries.get(slot)
@@ -302,8 +301,7 @@ def search(env: HermesEnv, db: HermesDB, scope: Any, query: str, run: bool) -> S
 
 def scope_file_key(scope: Any) -> str:
     """Which matrix file a scope's vectors live in: one per project."""
-    kind, value = identity_key(scope.identity)
-    return f"{kind}:{value}"
+    return matrix_file.identity_file_key(scope.identity)
 
 
 def _search(env: HermesEnv, db: HermesDB, scope: Any, query: str, run: bool) -> SemanticOutcome:
@@ -342,7 +340,7 @@ def _search(env: HermesEnv, db: HermesDB, scope: Any, query: str, run: bool) -> 
 
 def _bring_up_to_date(
     env: HermesEnv, db: HermesDB, scope: Any, embedder: Any, framing: Framing
-) -> tuple[IndexStore, str, dict[str, SessionMark] | None]:
+) -> tuple[IndexStore, str, dict[str, tuple[int, int]] | None]:
     """The one IndexStore of this search, the index state after at most the inline budget, and
     the scope's session marks when the check computed them.
 
