@@ -38,6 +38,9 @@ CJK_CHARS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U
 _CJK_CHAR = re.compile(f"[{CJK_CHARS}]")
 # A unit is one CJK character, or a run of other non-space characters with its trailing space.
 _UNIT = re.compile(f"[{CJK_CHARS}]\\s*|[^\\s{CJK_CHARS}]+\\s*")
+# Up to four characters of a run of non-space, non-CJK text: a run of n characters holds
+# ceil(n / 4) of them, which is its estimated tokens (counted in C, see estimate_tokens).
+_QUAD = re.compile(f"[^\\s{CJK_CHARS}]{{1,4}}")
 
 
 def _unit_tokens(unit: str) -> int:
@@ -53,24 +56,31 @@ def chunk_text(text: str, chunk_size: int, overlap: int) -> list[str]:
 
     The estimate needs no tokenizer and holds for English and CJK alike (docs/design.md).
     """
+    return [chunk for chunk, _ in chunks_with_tokens(text, chunk_size, overlap)]
+
+
+def chunks_with_tokens(text: str, chunk_size: int, overlap: int) -> list[tuple[str, int | None]]:
+    """:func:`chunk_text` with each chunk's estimated tokens (None where the text was so short
+    that nobody counted: a unit costs at most its length)."""
     text = text.strip()
     if not text:
         return []
-    if len(text) <= chunk_size:  # every unit costs at most its length: one chunk, no regex needed
-        return [text]
+    if len(text) <= chunk_size:
+        return [(text, None)]
+    tokens = estimate_tokens(text)
+    if tokens <= chunk_size:
+        return [(text, tokens)]
     units = _UNIT.findall(text)
     cjk = _CJK_CHAR.match
     costs = [1 if cjk(u) else (len(u.rstrip()) + 3) // 4 for u in units]  # = _unit_tokens, inlined
-    if sum(costs) <= chunk_size:
-        return [text]
-    chunks: list[str] = []
+    chunks: list[tuple[str, int | None]] = []
     start = 0
     while start < len(units):
         end, used = start, 0
         while end < len(units) and (used + costs[end] <= chunk_size or end == start):
             used += costs[end]
             end += 1
-        chunks.append("".join(units[start:end]).strip())
+        chunks.append(("".join(units[start:end]).strip(), used))
         if end >= len(units):
             break
         back, shared = end, 0
@@ -86,9 +96,8 @@ def content_hash(text: str) -> str:
 
 
 def estimate_tokens(text: str) -> int:
-    """The plugin's token estimate of a text (see :func:`chunk_text`)."""
-    cjk = _CJK_CHAR.match
-    return sum(1 if cjk(u) else (len(u.rstrip()) + 3) // 4 for u in _UNIT.findall(text))
+    """The plugin's token estimate of a text: the sum of :func:`_unit_tokens` over its units."""
+    return len(_CJK_CHAR.findall(text)) + len(_QUAD.findall(text))
 
 
 def context_tail(previous: Sequence[str], budget_tokens: int) -> str:
@@ -98,15 +107,31 @@ def context_tail(previous: Sequence[str], budget_tokens: int) -> str:
     joined = " ".join(" ".join(text.split()) for text in previous)
     if len(joined) <= budget_tokens:  # all of it fits (a unit costs at most its length)
         return joined.strip()
-    units = _UNIT.findall(joined)
-    kept: list[str] = []
-    used = 0
-    for unit in reversed(units):
-        used += _unit_tokens(unit)
+    # Once spaces are single, a unit is at most 5 characters per token: what fits lies within the
+    # last 5 * budget characters. Read only those (the first unit there may be cut, so it is
+    # never kept); should everything there fit, read it all.
+    window = 5 * budget_tokens + 8
+    partial = len(joined) > window
+    units = _UNIT.findall(joined[-window:])[1:] if partial else _UNIT.findall(joined)
+    cjk = _CJK_CHAR.match
+    used, first = 0, len(units)
+    while first > 0:
+        unit = units[first - 1]
+        used += 1 if cjk(unit) else (len(unit.rstrip()) + 3) // 4
         if used > budget_tokens:
             break
-        kept.append(unit)
-    return "".join(reversed(kept)).strip()
+        first -= 1
+    else:
+        if partial:
+            units = _UNIT.findall(joined)
+            used, first = 0, len(units)
+            while first > 0:
+                unit = units[first - 1]
+                used += 1 if cjk(unit) else (len(unit.rstrip()) + 3) // 4
+                if used > budget_tokens:
+                    break
+                first -= 1
+    return "".join(units[first:]).strip()
 
 
 @dataclass(frozen=True)
@@ -159,18 +184,20 @@ class Framing:
 MODEL_TOKEN_SHARE = 0.64
 
 
-def embedded_text(chunk: str, previous: Sequence[str], framing: Any) -> str:
+def embedded_text(chunk: str, previous: Sequence[str], framing: Any, tokens: int | None = None) -> str:
     """What the model sees for a chunk: the conversation just before it, then the chunk.
 
     A turn is often a short reply ("Yes, let's do that") whose topic lives in the turn before
     it; measured on LoCoMo, one preceding message lifts semantic recall markedly (docs/).
+    ``tokens`` is the chunk's estimate when the caller has it already.
     """
     if not previous:
         return chunk
     framing = Framing.of(framing)
     budget = framing.context_tokens
     if framing.input_tokens and len(chunk) + budget > framing.input_tokens:
-        budget = min(budget, framing.input_tokens - estimate_tokens(chunk))
+        tokens = estimate_tokens(chunk) if tokens is None else tokens
+        budget = min(budget, framing.input_tokens - tokens)
     context = context_tail(previous, budget)
     return f"{context}\n{chunk}" if context else chunk
 
@@ -277,10 +304,10 @@ def pending_chunks(
     for message in messages:
         session_id, text = message["session_id"], message_text(message["content"])
         previous = recent.setdefault(session_id, deque(maxlen=max(1, context)))
-        chunks = chunk_text(text, framing.chunk_size, framing.chunk_overlap)
-        for index, chunk in enumerate(chunks):
+        chunks = chunks_with_tokens(text, framing.chunk_size, framing.chunk_overlap)
+        for index, (chunk, tokens) in enumerate(chunks):
             key = (session_id, message["message_id"], index)
-            framed = embedded_text(chunk, list(previous) if context else [], framing)
+            framed = embedded_text(chunk, list(previous) if context else [], framing, tokens)
             digest = content_hash(framed)
             wanted.add(key)
             if stored.get(key) != digest:
