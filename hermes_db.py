@@ -35,6 +35,10 @@ MULTIMODAL_PREFIX = "\x00json:"
 PER_SESSION_SCAN = 5
 
 ChunkKey = tuple[str, int, int]  # (session_id, message_id, chunk_index)
+#: A session's active messages: (newest id, count, sum of ids). Hermes appends messages and only
+#: ever flips ``active`` (rewind, restore_rewound, compaction), so a change to any of the three
+#: is a change to the session's live history.
+SessionMark = tuple[int, int, int]
 
 
 class NoSessionDatabase(Exception):
@@ -486,6 +490,62 @@ class HermesDB:
             (json.dumps(list(session_ids)),),
         ).fetchone()
         return tuple(row)
+
+    def session_totals(self, session_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """Per session, (count, sum of ids) of its active messages, read from Hermes's
+        (session_id, active, ...) index alone, never a row. Sessions with none are left out.
+
+        The cheapest exact-enough signal of change there is: an append, a rewind, a
+        ``restore_rewound``, a compaction or a rewrite each change the count or the sum.
+        """
+        rows = self.conn.execute(
+            f"SELECT m.session_id, count(*), sum(m.id) FROM messages m WHERE {_SCOPE_SQL} AND m.active = 1 "
+            "GROUP BY m.session_id",
+            (json.dumps(list(session_ids)),),
+        )
+        return {r[0]: (r[1], r[2]) for r in rows}
+
+    def session_marks(self, session_ids: Sequence[str]) -> dict[str, SessionMark]:
+        """Per session, the :data:`SessionMark` of its active messages (index only, as above)."""
+        rows = self.conn.execute(
+            "SELECT m.session_id, max(m.id), count(*), sum(m.id) FROM messages m "
+            f"WHERE {_SCOPE_SQL} AND m.active = 1 GROUP BY m.session_id",
+            (json.dumps(list(session_ids)),),
+        )
+        return {r[0]: (r[1], r[2], r[3]) for r in rows}
+
+    def active_after(self, after_id_by_session: Mapping[str, int]) -> dict[str, tuple[int, int]]:
+        """Per session, (count, sum of ids) of its active messages newer than the given id."""
+        if not after_id_by_session:
+            return {}
+        rows = self.conn.execute(
+            "SELECT json_extract(wanted.value, '$[0]'), count(*), sum(m.id) FROM json_each(?) AS wanted "
+            "CROSS JOIN messages m ON m.session_id = json_extract(wanted.value, '$[0]') "
+            "AND m.active = 1 AND m.id > json_extract(wanted.value, '$[1]') GROUP BY wanted.key",
+            (json.dumps([[sid, after] for sid, after in after_id_by_session.items()]),),
+        )
+        return {r[0]: (r[1], r[2]) for r in rows}
+
+    def nonlive_message_ids(self, session_ids: Sequence[str]) -> list[int]:
+        """Messages of these sessions that are stored but not live (rewound; hidden upstream)."""
+        scope = json.dumps(list(session_ids))
+        condition = "m.active = 0"
+        if "compacted" in self.schema.message_columns:
+            condition += " AND COALESCE(m.compacted, 0) = 0"
+        ids = [
+            r[0]
+            for r in self.conn.execute(
+                f"SELECT m.id FROM messages m WHERE {_SCOPE_SQL} AND {condition}", (scope,)
+            )
+        ]
+        if "display_kind" in self.schema.message_columns:
+            ids += [
+                r[0]
+                for r in self.conn.execute(
+                    f"SELECT m.id FROM messages m WHERE {_SCOPE_SQL} AND m.display_kind = 'hidden'", (scope,)
+                )
+            ]
+        return ids
 
     def live_message_ids(self, session_ids: Sequence[str]) -> set[int]:
         rows = self.conn.execute(

@@ -10,6 +10,12 @@ guessed at.
 The file is created atomically (schema written to a temporary file that is renamed into place),
 so an empty or schema-less ``embeddings.db`` is never ours: it is reported as damaged, with the
 command that starts over, instead of being silently rebuilt.
+
+Vectors are stored as little-endian float16 (half the bytes of float32; measured lossless for
+retrieval), one width per model fingerprint (table ``models``): a write of another width is
+refused with :class:`WidthMismatch`, so the stored rows of one model can always be read as one
+matrix. Per-session watermarks (table ``watermarks``) let the first index check of a process
+read only what changed since the last complete pass of any process.
 """
 
 from __future__ import annotations
@@ -23,8 +29,9 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from .hermes_db import ChunkKey
+from .hermes_db import ChunkKey, SessionMark
 
 READ_BUSY_SECONDS = 0.5  # a search never waits longer than this for a writer of ours or anyone's
 INLINE_BUSY_SECONDS = 0.5  # inline indexing during a search
@@ -53,12 +60,71 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "INSERT OR IGNORE INTO meta (key, value) VALUES ('generation', '0')",
         ),
     ),
+    (
+        2,
+        (
+            # Per (recipe, session): the newest message id a complete pass has checked, and the
+            # count and id sum of the session's active messages up to it at that time. A rewind or
+            # SessionDB.restore_rewound below the mark changes those two, so the session is read
+            # again from its start; otherwise only messages above the mark are read.
+            """CREATE TABLE IF NOT EXISTS watermarks (
+                recipe TEXT NOT NULL,
+                session_id TEXT NOT NULL,
+                checked_up_to INTEGER NOT NULL,
+                active_count INTEGER NOT NULL,
+                active_id_sum INTEGER NOT NULL,
+                PRIMARY KEY (recipe, session_id)
+            ) WITHOUT ROWID""",
+        ),
+    ),
+    (
+        3,
+        (
+            # One vector width per model: recorded from the stored rows, then enforced on write.
+            """CREATE TABLE IF NOT EXISTS models (
+                fingerprint TEXT PRIMARY KEY,
+                width INTEGER NOT NULL,
+                created_at REAL NOT NULL
+            )""",
+            "INSERT OR IGNORE INTO models (fingerprint, width, created_at) "
+            "SELECT model_fingerprint, length(vector) / 4, min(created_at) FROM chunks "
+            "GROUP BY model_fingerprint",
+            # float32 -> float16 on disk (phr_float16 is registered by _migrate).
+            "UPDATE chunks SET vector = phr_float16(vector)",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+#: How vectors are stored: little-endian float16, ``width * VECTOR_BYTES`` bytes per row.
+VECTOR_DTYPE = "<f2"
+VECTOR_BYTES = 2
 
 
 class IndexUnavailable(Exception):
     """embeddings.db cannot be used as it is; the message says what to do."""
+
+
+class WidthMismatch(ValueError):
+    """Vectors of another width than the model's stored ones: the model behind the name changed."""
+
+
+def width_mismatch(path: Path, stored: int, got: int) -> WidthMismatch:
+    return WidthMismatch(
+        f"the embedding model now returns {got}-dimensional vectors but the semantic index {path} "
+        f"holds {stored}-dimensional ones for the same model settings: the model behind the endpoint "
+        f"changed. Point embedding.model (or base_url) at the model the index was built with, or "
+        f"{PURGE_HINT}"
+    )
+
+
+def _float16_blob(blob: bytes) -> bytes:
+    """Migration 3: one stored float32 vector as float16 (numpy is present wherever an indexer runs)."""
+    import numpy as np
+
+    if blob is None or len(blob) % 4:
+        return blob
+    return np.frombuffer(blob, dtype="<f4").astype(VECTOR_DTYPE).tobytes()
 
 
 # --------------------------------------------------------------------------- file checks
@@ -121,6 +187,7 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
 def _migrate(conn: sqlite3.Connection, path: Path) -> None:
     """Run the numbered steps above the stored version, each in its own transaction."""
     version = _stored_version(conn, path)
+    conn.create_function("phr_float16", 1, _float16_blob, deterministic=True)
     for number, statements in MIGRATIONS:
         if number <= version:
             continue
@@ -250,18 +317,28 @@ class IndexStore:
         )
         return {(r[0], r[1], r[2]): r[3] for r in rows}
 
-    def chunk_vectors(
-        self, fingerprint: str, session_ids: Sequence[str]
-    ) -> list[tuple[str, int, int, bytes]]:
-        """(session_id, message_id, chunk_index, vector blob) of these sessions under one model."""
+    def chunk_ids(self, fingerprint: str, session_ids: Sequence[str]) -> list[int]:
+        """Row ids of these sessions' chunks under one model, ascending (read from the index alone)."""
         if self.conn is None:
             return []
-        return self.conn.execute(
-            "SELECT session_id, message_id, chunk_index, vector FROM chunks "
-            "WHERE model_fingerprint = ? AND session_id IN (SELECT value FROM json_each(?)) "
-            "ORDER BY message_id, chunk_index",
+        rows = self.conn.execute(
+            "SELECT id FROM chunks WHERE model_fingerprint = ? "
+            "AND session_id IN (SELECT value FROM json_each(?)) ORDER BY id",
             (fingerprint, json.dumps(list(session_ids))),
-        ).fetchall()
+        )
+        return [r[0] for r in rows]
+
+    def chunk_rows(self, fingerprint: str, ids: Sequence[int], block: int = 8192) -> Iterator[list[tuple]]:
+        """(id, session_id, message_id, chunk_index, vector blob) of these row ids, in blocks, by id."""
+        if self.conn is None:
+            return
+        for start in range(0, len(ids), block):
+            part = ids[start : start + block]
+            yield self.conn.execute(
+                "SELECT id, session_id, message_id, chunk_index, vector FROM chunks "
+                "WHERE id IN (SELECT value FROM json_each(?)) AND model_fingerprint = ? ORDER BY id",
+                (json.dumps(list(part)), fingerprint),
+            ).fetchall()
 
     def indexed_message_ids(self, fingerprint: str, session_ids: Sequence[str]) -> set[int]:
         if self.conn is None:
@@ -273,43 +350,107 @@ class IndexStore:
         )
         return {r[0] for r in rows}
 
+    def model_width(self, fingerprint: str) -> int | None:
+        """The vector width recorded for a model when its first vectors were written."""
+        if self.conn is None:
+            return None
+        row = self.conn.execute("SELECT width FROM models WHERE fingerprint = ?", (fingerprint,)).fetchone()
+        return int(row[0]) if row else None
+
+    def watermarks(self, recipe: str, session_ids: Sequence[str]) -> dict[str, SessionMark]:
+        """Per session: (checked_up_to, active_count, active_id_sum) of its last complete pass."""
+        if self.conn is None:
+            return {}
+        rows = self.conn.execute(
+            "SELECT w.session_id, w.checked_up_to, w.active_count, w.active_id_sum "
+            "FROM json_each(?) AS wanted CROSS JOIN watermarks w "
+            "ON w.recipe = ? AND w.session_id = wanted.value",
+            (json.dumps(list(session_ids)), recipe),
+        )
+        return {r[0]: (r[1], r[2], r[3]) for r in rows}
+
     # ----------------------------------------------------------------------- writes
+
+    def _require_writable(self) -> sqlite3.Connection:
+        if not self.writable or self.conn is None:
+            raise RuntimeError("IndexStore opened read-only")
+        return self.conn
 
     def write_chunks(
         self,
         fingerprint: str,
-        rows: Sequence[tuple[str, int, int, str, bytes]],
+        rows: Sequence[tuple[str, int, int, str]],
+        vectors: Any = None,
         stale: Iterable[ChunkKey] = (),
     ) -> None:
-        """One batch in one transaction: upsert (session, message, chunk, hash, vector), drop stale keys."""
-        if not self.writable or self.conn is None:
-            raise RuntimeError("IndexStore opened read-only")
+        """One batch in one transaction: store (session, message, chunk, hash) with its vector (row i
+        of ``vectors``, stored as float16) and drop stale keys.
+
+        A changed chunk gets a new row id (``INSERT OR REPLACE``), so anything derived from the rows
+        (the matrix files) sees it as one row gone and one new. Raises :class:`WidthMismatch` when
+        the vectors are not as wide as the ones stored for this model.
+        """
+        import numpy as np
+
+        conn = self._require_writable()
         now = time.time()
-        with _transaction(self.conn):
-            self.conn.executemany(
-                "INSERT INTO chunks (session_id, message_id, chunk_index, content_hash, model_fingerprint, "
-                "vector, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT(session_id, message_id, chunk_index, model_fingerprint) DO UPDATE SET "
-                "content_hash = excluded.content_hash, vector = excluded.vector, "
-                "created_at = excluded.created_at",
-                [(s, m, i, h, fingerprint, v, now) for s, m, i, h, v in rows],
-            )
-            self.conn.executemany(
+        matrix = np.asarray(vectors if vectors is not None else np.zeros((0, 0)), dtype=VECTOR_DTYPE)
+        if rows and (matrix.ndim != 2 or len(matrix) != len(rows) or not matrix.shape[1]):
+            raise ValueError(f"{len(rows)} chunks but vectors of shape {matrix.shape}")
+        with _transaction(conn):
+            if rows:
+                width = int(matrix.shape[1])
+                stored = self.model_width(fingerprint)
+                if stored is None:
+                    conn.execute(
+                        "INSERT INTO models (fingerprint, width, created_at) VALUES (?, ?, ?)",
+                        (fingerprint, width, now),
+                    )
+                elif stored != width:
+                    raise width_mismatch(self.path, stored, width)
+                conn.executemany(
+                    "INSERT OR REPLACE INTO chunks (session_id, message_id, chunk_index, content_hash, "
+                    "model_fingerprint, vector, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        (s, m, i, h, fingerprint, v.tobytes(), now)
+                        for (s, m, i, h), v in zip(rows, matrix, strict=True)
+                    ],
+                )
+            conn.executemany(
                 "DELETE FROM chunks WHERE session_id = ? AND message_id = ? AND chunk_index = ? "
                 "AND model_fingerprint = ?",
                 [(*key, fingerprint) for key in stale],
             )
-            self.conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
+            conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
+
+    def set_watermarks(self, recipe: str, marks: Mapping[str, SessionMark]) -> None:
+        """Record what a complete pass has checked (only the sessions whose mark moved)."""
+        if not marks:
+            return
+        conn = self._require_writable()
+        with _transaction(conn):
+            conn.executemany(
+                "INSERT OR REPLACE INTO watermarks "
+                "(recipe, session_id, checked_up_to, active_count, active_id_sum) VALUES (?, ?, ?, ?, ?)",
+                [(recipe, sid, *mark) for sid, mark in marks.items()],
+            )
 
 
 def purge(path: Path) -> bool:
-    """Delete every stored vector (``disable --purge``): the database and its WAL files."""
+    """Delete every stored vector (``disable --purge``): the database, its WAL files and the
+    matrix files derived from it (``matrix/`` next to it)."""
+    import shutil
+
     removed = False
     for suffix in ("", "-wal", "-shm"):
         target = Path(str(path) + suffix)
         if target.exists():
             target.unlink()
             removed = True
+    derived = path.parent / "matrix"
+    if derived.is_dir():
+        shutil.rmtree(derived, ignore_errors=True)
+        removed = True
     return removed
 
 

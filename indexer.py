@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .hermes_db import ChunkKey, HermesDB, message_text
+from .hermes_db import ChunkKey, HermesDB, SessionMark, message_text
 from .hermes_env import HermesEnv
 from .index_db import BACKGROUND_BUSY_SECONDS, LOCK_RETRY_SECONDS, IndexStore, indexer_lock
 
@@ -38,6 +38,9 @@ CJK_CHARS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U
 _CJK_CHAR = re.compile(f"[{CJK_CHARS}]")
 # A unit is one CJK character, or a run of other non-space characters with its trailing space.
 _UNIT = re.compile(f"[{CJK_CHARS}]\\s*|[^\\s{CJK_CHARS}]+\\s*")
+# Up to four characters of a run of non-space, non-CJK text: a run of n characters holds
+# ceil(n / 4) of them, which is its estimated tokens (counted in C, see estimate_tokens).
+_QUAD = re.compile(f"[^\\s{CJK_CHARS}]{{1,4}}")
 
 
 def _unit_tokens(unit: str) -> int:
@@ -53,21 +56,31 @@ def chunk_text(text: str, chunk_size: int, overlap: int) -> list[str]:
 
     The estimate needs no tokenizer and holds for English and CJK alike (bench/README.md, "Chunk size").
     """
+    return [chunk for chunk, _ in chunks_with_tokens(text, chunk_size, overlap)]
+
+
+def chunks_with_tokens(text: str, chunk_size: int, overlap: int) -> list[tuple[str, int | None]]:
+    """:func:`chunk_text` with each chunk's estimated tokens (None where the text was so short
+    that nobody counted: a unit costs at most its length)."""
     text = text.strip()
     if not text:
         return []
+    if len(text) <= chunk_size:
+        return [(text, None)]
+    tokens = estimate_tokens(text)
+    if tokens <= chunk_size:
+        return [(text, tokens)]
     units = _UNIT.findall(text)
-    costs = [_unit_tokens(u) for u in units]
-    if sum(costs) <= chunk_size:
-        return [text]
-    chunks: list[str] = []
+    cjk = _CJK_CHAR.match
+    costs = [1 if cjk(u) else (len(u.rstrip()) + 3) // 4 for u in units]  # = _unit_tokens, inlined
+    chunks: list[tuple[str, int | None]] = []
     start = 0
     while start < len(units):
         end, used = start, 0
         while end < len(units) and (used + costs[end] <= chunk_size or end == start):
             used += costs[end]
             end += 1
-        chunks.append("".join(units[start:end]).strip())
+        chunks.append(("".join(units[start:end]).strip(), used))
         if end >= len(units):
             break
         back, shared = end, 0
@@ -82,31 +95,175 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def estimate_tokens(text: str) -> int:
+    """The plugin's token estimate of a text: the sum of :func:`_unit_tokens` over its units."""
+    return len(_CJK_CHAR.findall(text)) + len(_QUAD.findall(text))
+
+
 def context_tail(previous: Sequence[str], budget_tokens: int) -> str:
     """The end of the preceding messages, at most ``budget_tokens`` estimated tokens."""
-    units = _UNIT.findall(" ".join(" ".join(text.split()) for text in previous))
-    kept: list[str] = []
-    used = 0
-    for unit in reversed(units):
-        used += _unit_tokens(unit)
+    if budget_tokens <= 0:
+        return ""
+    joined = " ".join(" ".join(text.split()) for text in previous)
+    if len(joined) <= budget_tokens:  # all of it fits (a unit costs at most its length)
+        return joined.strip()
+    # Once spaces are single, a unit is at most 5 characters per token: what fits lies within the
+    # last 5 * budget characters. Read only those (the first unit there may be cut, so it is
+    # never kept); should everything there fit, read it all.
+    window = 5 * budget_tokens + 8
+    partial = len(joined) > window
+    units = _UNIT.findall(joined[-window:])[1:] if partial else _UNIT.findall(joined)
+    cjk = _CJK_CHAR.match
+    used, first = 0, len(units)
+    while first > 0:
+        unit = units[first - 1]
+        used += 1 if cjk(unit) else (len(unit.rstrip()) + 3) // 4
         if used > budget_tokens:
             break
-        kept.append(unit)
-    return "".join(reversed(kept)).strip()
+        first -= 1
+    else:
+        if partial:
+            units = _UNIT.findall(joined)
+            used, first = 0, len(units)
+            while first > 0:
+                unit = units[first - 1]
+                used += 1 if cjk(unit) else (len(unit.rstrip()) + 3) // 4
+                if used > budget_tokens:
+                    break
+                first -= 1
+    return "".join(units[first:]).strip()
 
 
-def embedded_text(chunk: str, previous: Sequence[str], embedding: Any) -> str:
+@dataclass(frozen=True)
+class Framing:
+    """How messages become the texts a model embeds: chunk size and overlap, and how much of the
+    preceding conversation frames each chunk.
+
+    For the ``local`` provider the model's token limit is known, and nothing past it is ever read,
+    so chunks are cut to :data:`MODEL_TOKEN_SHARE` of it (estimated tokens: code runs about 1.4
+    word-pieces per estimated token, so a chunk this size still fits) and a chunk's context only
+    takes what is left of that budget. Remote models keep the configured sizes.
+    """
+
+    chunk_size: int
+    chunk_overlap: int
+    context_messages: int
+    context_tokens: int  # at most this much preceding text (estimated tokens)
+    input_tokens: int = 0  # context + chunk budget in estimated tokens; 0: no model limit known
+
+    @classmethod
+    def of(cls, embedding: Any, embedder: Any = None) -> Framing:
+        if isinstance(embedding, Framing):
+            return embedding
+        chunk_size, overlap = embedding.chunk_size, embedding.chunk_overlap
+        limit = int(getattr(embedder, "max_input_tokens", 0) or 0)
+        budget = int(limit * MODEL_TOKEN_SHARE) if limit else 0
+        if budget and chunk_size > budget:
+            chunk_size = budget
+            overlap = min(overlap, chunk_size // 8)
+        return cls(
+            chunk_size=chunk_size,
+            chunk_overlap=overlap,
+            context_messages=embedding.context_messages,
+            context_tokens=embedding.chunk_size // 4,
+            input_tokens=budget,
+        )
+
+    @property
+    def recipe(self) -> str:
+        base = f"chunk={self.chunk_size}/{self.chunk_overlap}|context={self.context_messages}"
+        if self.context_tokens != self.chunk_size // 4:
+            base += f"/{self.context_tokens}"
+        return base + (f"|input={self.input_tokens}" if self.input_tokens else "")
+
+
+#: Share of a local model's token limit (word-pieces) a chunk and its context may take, in the
+#: plugin's estimated tokens. Measured with MiniLM's tokenizer: English prose runs 0.87 word-pieces
+#: per estimated token, source code 1.26 (median) to 1.56 (90th percentile), so at 0.64 nine chunks
+#: of code in ten are read to their end (the densest lose their last lines, never their start).
+MODEL_TOKEN_SHARE = 0.64
+
+
+def embedded_text(chunk: str, previous: Sequence[str], framing: Any, tokens: int | None = None) -> str:
     """What the model sees for a chunk: the conversation just before it, then the chunk.
 
     A turn is often a short reply ("Yes, let's do that") whose topic lives in the turn before
     it; measured on LoCoMo, one preceding message lifts semantic recall markedly
     (bench/README.md, "Context").
+    ``tokens`` is the chunk's estimate when the caller has it already.
     """
-    context = context_tail(previous, embedding.chunk_size // 4) if previous else ""
+    if not previous:
+        return chunk
+    framing = Framing.of(framing)
+    budget = framing.context_tokens
+    if framing.input_tokens and len(chunk) + budget > framing.input_tokens:
+        tokens = estimate_tokens(chunk) if tokens is None else tokens
+        budget = min(budget, framing.input_tokens - tokens)
+    context = context_tail(previous, budget)
     return f"{context}\n{chunk}" if context else chunk
 
 
 # --------------------------------------------------------------------------- what is pending
+
+
+def index_recipe(fingerprint: str, framing: Any) -> str:
+    """Everything that shapes the stored vectors: the model, and how text is cut and framed."""
+    return f"{fingerprint}|{Framing.of(framing).recipe}"
+
+
+@dataclass
+class CheckPlan:
+    """What an index check must read, decided from the watermarks and Hermes's index alone.
+
+    Hermes appends messages and never edits one in place (a rewind, ``restore_rewound`` or a
+    compaction only flips ``active``), so once a complete pass has checked a session up to message
+    N, the next pass need only read what came after N, unless the session's active messages up to
+    N changed (count or id sum), in which case it reads the session again from its start. The
+    watermarks live in embeddings.db, per recipe: every process starts where the last one ended.
+    """
+
+    after: dict[str, int]  # sessions to read, and the id after which to read them
+    marks: dict[str, SessionMark]  # per session read: its mark now, saved after a complete pass
+    state: dict[str, tuple[int, int]]  # every session's (count, id sum) now: the matrix cache's freshness
+    to_read: int  # active messages (any role) the check will read
+
+    @property
+    def nothing_new(self) -> bool:
+        return not self.after
+
+
+EMPTY_MARK: SessionMark = (0, 0, 0)
+EMPTY_TOTALS = (0, 0)
+
+
+def plan_check(
+    db: HermesDB, store: IndexStore, session_ids: Sequence[str], fingerprint: str, framing: Any
+) -> CheckPlan:
+    checked = store.watermarks(index_recipe(fingerprint, framing), session_ids)
+    totals = db.session_totals(session_ids)
+    state = {sid: totals.get(sid, EMPTY_TOTALS) for sid in session_ids}
+    changed = [sid for sid in session_ids if sid not in checked or checked[sid][1:] != state[sid]]
+    marks = db.session_marks(changed) if changed else {}
+    grown = {
+        sid: checked[sid][0]
+        for sid in changed
+        if sid in checked and marks.get(sid, EMPTY_MARK)[0] > checked[sid][0]
+    }
+    newer = db.active_after(grown)
+    after: dict[str, int] = {}
+    moved: dict[str, SessionMark] = {}
+    to_read = 0
+    for sid in changed:
+        now = marks.get(sid, EMPTY_MARK)
+        old = checked.get(sid)
+        new_count, new_sum = newer.get(sid, (0, 0))
+        if old is not None and new_count and (now[1] - new_count, now[2] - new_sum) == (old[1], old[2]):
+            after[sid], moved[sid] = old[0], now  # only messages newer than the mark
+            to_read += new_count
+        else:  # never checked, or rewound / restored / compacted / rewritten below the mark
+            after[sid], moved[sid] = 0, now
+            to_read += now[1]
+    return CheckPlan(after=after, marks=moved, state=state, to_read=to_read)
 
 
 @dataclass
@@ -116,76 +273,42 @@ class Pending:
     todo: list[tuple[ChunkKey, str, str]]  # (key, text, hash)
     stale: list[ChunkKey]
     live_messages: int
-    checked_up_to: dict[str, int]  # per session: the newest message this pass looked at
+    plan: CheckPlan
 
     @property
     def complete(self) -> bool:
         return not self.todo and not self.stale
 
 
-def index_recipe(fingerprint: str, embedding: Any) -> str:
-    """Everything that shapes the stored vectors: the model, and how text is cut and framed."""
-    return (
-        f"{fingerprint}|chunk={embedding.chunk_size}/{embedding.chunk_overlap}"
-        f"|context={embedding.context_messages}"
-    )
-
-
-class Watermarks:
-    """Per session, the newest message a complete pass has checked, per database and recipe.
-
-    Hermes appends messages and never edits one in place (a rewind only flips ``active``), so
-    once a complete pass has checked a session up to message N, the next pass need only read
-    what came after N. Slots belong to one embeddings.db (its random instance id: a purge starts
-    over) and one recipe; they advance only after a pass that finished.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._slots: dict[tuple[str, str], dict[str, int]] = {}
-
-    def get(self, instance: str, recipe: str) -> dict[str, int]:
-        with self._lock:
-            return dict(self._slots.get((instance, recipe), {}))
-
-    def clear(self) -> None:
-        """Forget every slot: the next pass re-reads whole sessions (as a new process does)."""
-        with self._lock:
-            self._slots.clear()
-
-    def advance(self, instance: str, recipe: str, checked_up_to: dict[str, int]) -> None:
-        with self._lock:
-            self._slots.setdefault((instance, recipe), {}).update(checked_up_to)
-
-
-#: The process's watermarks (one table per embeddings.db instance).
-WATERMARKS = Watermarks()
-
-
 def pending_chunks(
-    db: HermesDB, store: IndexStore, session_ids: Sequence[str], fingerprint: str, embedding: Any
+    db: HermesDB,
+    store: IndexStore,
+    session_ids: Sequence[str],
+    fingerprint: str,
+    framing: Any,
+    plan: CheckPlan | None = None,
 ) -> Pending:
     """Chunks to embed for these sessions: new or changed text since the last complete pass."""
-    checked = WATERMARKS.get(store.instance, index_recipe(fingerprint, embedding))
-    after = {sid: checked.get(sid, 0) for sid in session_ids}
-    messages = db.live_messages(after)
+    framing = Framing.of(framing)
+    plan = plan or plan_check(db, store, session_ids, fingerprint, framing)
+    after = plan.after
+    messages = db.live_messages(after) if after else []
     stored = store.chunk_hashes(fingerprint, after) if messages else {}
+    context = framing.context_messages
     recent: dict[str, deque[str]] = {}
-    if embedding.context_messages and messages:
+    if context and messages:
         resumed = {m["session_id"]: after[m["session_id"]] for m in messages if after[m["session_id"]]}
-        earlier = db.preceding_messages(resumed, embedding.context_messages)
-        recent = {sid: deque(texts, maxlen=embedding.context_messages) for sid, texts in earlier.items()}
+        earlier = db.preceding_messages(resumed, context)
+        recent = {sid: deque(texts, maxlen=context) for sid, texts in earlier.items()}
     todo: list[tuple[ChunkKey, str, str]] = []
     wanted: set[ChunkKey] = set()
-    newest = dict(after)
     for message in messages:
         session_id, text = message["session_id"], message_text(message["content"])
-        newest[session_id] = max(newest[session_id], message["message_id"])
-        previous = recent.setdefault(session_id, deque(maxlen=max(1, embedding.context_messages)))
-        chunks = chunk_text(text, embedding.chunk_size, embedding.chunk_overlap)
-        for index, chunk in enumerate(chunks):
+        previous = recent.setdefault(session_id, deque(maxlen=max(1, context)))
+        chunks = chunks_with_tokens(text, framing.chunk_size, framing.chunk_overlap)
+        for index, (chunk, tokens) in enumerate(chunks):
             key = (session_id, message["message_id"], index)
-            framed = embedded_text(chunk, list(previous) if embedding.context_messages else [], embedding)
+            framed = embedded_text(chunk, list(previous) if context else [], framing, tokens)
             digest = content_hash(framed)
             wanted.add(key)
             if stored.get(key) != digest:
@@ -196,7 +319,7 @@ def pending_chunks(
     # are no longer live stay stored (a rewind can be undone) but are never returned.
     live_ids = {m["message_id"] for m in messages}
     stale = [key for key in stored if key[1] in live_ids and key not in wanted]
-    return Pending(todo=todo, stale=stale, live_messages=len(messages), checked_up_to=newest)
+    return Pending(todo=todo, stale=stale, live_messages=len(messages), plan=plan)
 
 
 # --------------------------------------------------------------------------- building
@@ -210,27 +333,31 @@ def embed_pending(
     deadline: float | None,
     should_continue: Callable[[], bool] | None = None,
 ) -> int:
-    """Embed and store batches until done, past ``deadline`` or no longer allowed; returns chunks written."""
-    import numpy as np
+    """Embed and store batches until done, past ``deadline`` or no longer allowed; returns chunks written.
 
+    Texts go to the provider shortest first, so each batch holds texts of about one length and a
+    model pads little (local ONNX pads every text of a batch to its longest).
+    """
     written = 0
     if pending.stale:
-        store.write_chunks(embedder.fingerprint, [], pending.stale)
+        store.write_chunks(embedder.fingerprint, [], stale=pending.stale)
         pending.stale = []
-    while pending.todo:
-        if deadline is not None and time.monotonic() >= deadline:
-            break
-        if should_continue is not None and not should_continue():
-            logger.info("indexing stopped: semantic search is no longer allowed for this project")
-            break
-        batch, pending.todo = pending.todo[:batch_size], pending.todo[batch_size:]
-        vectors = embedder.embed_documents([text for _, text, _ in batch], deadline=deadline)
-        rows = [
-            (key[0], key[1], key[2], digest, np.asarray(vector, dtype="<f4").tobytes())
-            for (key, _, digest), vector in zip(batch, vectors, strict=True)
-        ]
-        store.write_chunks(embedder.fingerprint, rows)
-        written += len(rows)
+    todo = sorted(pending.todo, key=lambda item: len(item[1]))
+    done = 0
+    try:
+        while done < len(todo):
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            if should_continue is not None and not should_continue():
+                logger.info("indexing stopped: semantic search is no longer allowed for this project")
+                break
+            batch = todo[done : done + batch_size]
+            vectors = embedder.embed_documents([text for _, text, _ in batch], deadline=deadline)
+            store.write_chunks(embedder.fingerprint, [(*key, digest) for key, _, digest in batch], vectors)
+            done += len(batch)
+            written += len(batch)
+    finally:
+        pending.todo = todo[done:]
     return written
 
 
@@ -243,12 +370,14 @@ def build_index(
     deadline: float | None = None,
     progress: Callable[[int, int], None] | None = None,
     should_continue: Callable[[], bool] | None = None,
+    plan: CheckPlan | None = None,
 ) -> tuple[int, bool]:
     """Index these sessions into a writable store (the caller holds the indexer lock).
 
-    Returns (chunks written, complete).
+    Returns (chunks written, complete). A complete pass records its watermarks in the store.
     """
-    pending = pending_chunks(db, store, session_ids, embedder.fingerprint, embedding)
+    framing = Framing.of(embedding, embedder)
+    pending = pending_chunks(db, store, session_ids, embedder.fingerprint, framing, plan)
     if progress is not None:
         progress(0, len(pending.todo))
     written = 0
@@ -262,9 +391,7 @@ def build_index(
         if should_continue is not None and not step and pending.todo:
             break
     if pending.complete:
-        WATERMARKS.advance(
-            store.instance, index_recipe(embedder.fingerprint, embedding), pending.checked_up_to
-        )
+        store.set_watermarks(index_recipe(embedder.fingerprint, framing), pending.plan.marks)
     return written, pending.complete
 
 
@@ -296,7 +423,7 @@ def index_scope(
             HermesDB.open(env) as db,
             IndexStore.open_writable(env.index_path, BACKGROUND_BUSY_SECONDS) as store,
         ):
-            return build_index(
+            written, complete = build_index(
                 db,
                 store,
                 session_ids,
@@ -306,6 +433,22 @@ def index_scope(
                 progress,
                 should_continue=gate_check(identity),
             )
+            if complete:
+                _refresh_matrix_file(store, embedder.fingerprint, identity, session_ids)
+            return written, complete
+
+
+def _refresh_matrix_file(
+    store: IndexStore, fingerprint: str, identity: dict[str, Any], session_ids: Any
+) -> None:
+    """Bring the project's matrix file up to date now, so the next process's first search maps it
+    as it is instead of reading what changed out of SQLite. A derived file: failing is harmless."""
+    from . import matrix_file
+
+    try:
+        matrix_file.refresh(store, fingerprint, matrix_file.identity_file_key(identity), session_ids)
+    except Exception:
+        logger.info("matrix file not refreshed; the next search will", exc_info=True)
 
 
 # --------------------------------------------------------------------------- background

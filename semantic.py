@@ -6,10 +6,12 @@ provider down; vectors of the wrong width) comes back as ``semantic_status: "una
 with a one-line ``semantic_error`` that says what to do, and the traceback is logged once at
 WARNING. Spec §七: keyword results survive every semantic failure.
 
-Query: the in-scope vectors are one L2-normalised float32 matrix cached in memory; a query costs
-one matrix-vector product, ``argpartition`` for the top chunks, and a reduction to the best chunk
-per message. Only messages that are live in state.db right now can be returned, so rewound or
-archived history never comes back even while its vectors are still stored.
+Query: the project's vectors are one float32 matrix, memory-mapped from a file derived from
+embeddings.db (:mod:`matrix_file`), with a mask for the rows outside the scope or no longer live;
+a query costs one matrix-vector product, ``argpartition`` for the top chunks, and a reduction to
+the best chunk per message. Providers return unit vectors and they are stored as such, so nothing
+is re-normalised. Only messages that are live in state.db right now can be returned, so rewound
+or archived history never comes back even while its vectors are still stored.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import matrix_file
 from .consent import read_consent, semantic_gate
 from .hermes_db import HermesDB, message_text
 from .hermes_env import HermesEnv, install_command
@@ -32,18 +35,21 @@ from .index_db import (
     PURGE_HINT,
     IndexStore,
     IndexUnavailable,
+    WidthMismatch,
     indexer_busy,
     indexer_lock,
+    width_mismatch,
 )
 from .indexer import (
     BACKGROUND,
-    WATERMARKS,
+    EMPTY_TOTALS,
+    Framing,
     build_index,
     chunk_text,
     content_hash,
     embedded_text,
     gate_check,
-    index_recipe,
+    plan_check,
 )
 
 logger = logging.getLogger(__name__)
@@ -56,10 +62,7 @@ class SemanticOutcome:
     rows: list[dict[str, Any]] = field(default_factory=list)
     status: str = "ready"  # ready | partial | indexing | disabled | consent_required | unavailable
     error: str = ""  # set when status is "unavailable": one line, what to do
-
-
-class WidthMismatch(ValueError):
-    """The provider's vectors do not have the width of the stored ones: the model changed."""
+    framing: Any = None  # how the rows' chunks were cut and framed (for :func:`matched_text`)
 
 
 # --------------------------------------------------------------------------- what went wrong
@@ -124,80 +127,103 @@ def _writable(env: HermesEnv) -> None:
 # --------------------------------------------------------------------------- the matrix
 
 
-@dataclass
-class VectorMatrix:
-    """The in-scope chunk vectors of one model, rows aligned with their message ids."""
+def scope_state(db: HermesDB, session_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """Every session's (count, id sum) of active messages now (when no index check computed it)."""
+    totals = db.session_totals(session_ids)
+    return {sid: totals.get(sid, EMPTY_TOTALS) for sid in session_ids}
 
-    vectors: Any  # numpy float32 (n, d), rows L2-normalised
-    message_ids: Any  # numpy int64 (n,)
-    chunk_indexes: Any  # numpy int32 (n,)
-    session_ids: list[str]
+
+@dataclass
+class ScopeMatrix:
+    """A matrix file seen from one scope: the rows that may be returned now, and the rest masked."""
+
+    matrix: matrix_file.Matrix
+    excluded: Any  # numpy int64: row positions outside the scope, dropped or not live
+    count: int  # rows that may be returned
 
     def __len__(self) -> int:
-        return len(self.session_ids)
+        return self.count
 
     @property
     def width(self) -> int:
-        return int(self.vectors.shape[1]) if len(self) else 0
+        return self.matrix.width
+
+
+def _scope_view(db: HermesDB, matrix: matrix_file.Matrix, session_ids: Sequence[str]) -> ScopeMatrix:
+    import numpy as np
+
+    rows = matrix.rows
+    if not len(rows):
+        return ScopeMatrix(matrix=matrix, excluded=np.zeros(0, dtype=np.int64), count=0)
+    scope = np.zeros(len(matrix.sessions) + 1, dtype=bool)
+    positions = [matrix.session_index[sid] for sid in session_ids if sid in matrix.session_index]
+    scope[positions] = True
+    keep = scope[rows["session"]]
+    if matrix.dropped is not None and len(matrix.dropped):
+        keep &= ~np.isin(rows["chunk_id"], matrix.dropped)
+    nonlive = db.nonlive_message_ids(session_ids)
+    if nonlive:
+        keep &= ~np.isin(rows["message_id"], np.asarray(nonlive, dtype=np.int64))
+    return ScopeMatrix(matrix=matrix, excluded=np.flatnonzero(~keep), count=int(keep.sum()))
 
 
 class MatrixCache:
-    """The last matrix per (database file, model), reused while nothing it depends on changed."""
+    """Per (database file, model, project): the mapped matrix file, and the mask of the last scope,
+    reused while nothing it depends on changed (embeddings.db's write counter, the scope's sessions
+    and their active messages)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._entries: dict[tuple[str, str], tuple[tuple, VectorMatrix]] = {}
+        self._entries: dict[tuple[str, str, str], tuple[tuple, ScopeMatrix]] = {}
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
 
     def matrix(
-        self, db: HermesDB, store: IndexStore, fingerprint: str, session_ids: Sequence[str]
-    ) -> VectorMatrix:
-        import numpy as np
-
-        slot = (str(store.path), fingerprint)
+        self,
+        db: HermesDB,
+        store: IndexStore,
+        fingerprint: str,
+        session_ids: Sequence[str],
+        scope_key: str | None = None,
+        state: dict[str, tuple[int, int]] | None = None,
+    ) -> ScopeMatrix:
+        scope_hash = content_hash("\n".join(sorted(session_ids)))
+        key = scope_key or "sessions:" + scope_hash
+        slot = (str(store.path), fingerprint, key)
+        if state is None:
+            state = scope_state(db, session_ids)
+        instance, generation = store.instance, store.generation
         freshness = (
-            store.instance,
-            store.generation,
-            content_hash("\n".join(sorted(session_ids))),
-            db.live_signature(session_ids),
+            instance,
+            generation,
+            scope_hash,
+            tuple(state.get(sid, EMPTY_TOTALS) for sid in session_ids),
         )
         with self._lock:
             cached = self._entries.get(slot)
         if cached and cached[0] == freshness:
             return cached[1]
-
-        live_ids = db.live_message_ids(session_ids)
-        rows = [row for row in store.chunk_vectors(fingerprint, session_ids) if row[1] in live_ids]
-        widths = {len(row[3]) for row in rows}
-        if len(widths) > 1:
-            raise WidthMismatch(
-                f"the semantic index {store.path} holds vectors of several widths for one model; {PURGE_HINT}"
+        matrix = cached[1].matrix if cached and cached[0][0] == instance else None
+        if matrix is None or not matrix.covers(session_ids, generation):
+            folder = matrix_file.matrix_dir(store.path)
+            matrix = matrix_file.read(
+                folder, matrix_file.file_name(instance, fingerprint, key), instance, fingerprint
             )
-        if rows:
-            vectors = np.frombuffer(b"".join(row[3] for row in rows), dtype="<f4").reshape(len(rows), -1)
-            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-            vectors = (vectors / np.where(norms == 0, 1, norms)).astype(np.float32)
-        else:
-            vectors = np.zeros((0, 0), dtype=np.float32)
-        matrix = VectorMatrix(
-            vectors=vectors,
-            message_ids=np.array([row[1] for row in rows], dtype=np.int64),
-            chunk_indexes=np.array([row[2] for row in rows], dtype=np.int32),
-            session_ids=[row[0] for row in rows],
-        )
+            if matrix is None or not matrix.covers(session_ids, generation):
+                matrix = matrix_file.refresh(store, fingerprint, key, session_ids)
+        view = _scope_view(db, matrix, session_ids)
         with self._lock:
-            self._entries[slot] = (freshness, matrix)
-        return matrix
+            self._entries[slot] = (freshness, view)
+        return view
 
 
 #: The process's matrices.
 MATRICES = MatrixCache()
 
 
-def top_messages(matrix: VectorMatrix, query_vector: Any, top_k: int) -> list[tuple[int, str, int, float]]:
+def top_messages(matrix: ScopeMatrix, query_vector: Any, top_k: int) -> list[tuple[int, str, int, float]]:
     """(message_id, session_id, chunk_index, cosine) of the best chunk per message, best first."""
     import numpy as np
 
@@ -208,18 +234,23 @@ def top_messages(matrix: VectorMatrix, query_vector: Any, top_k: int) -> list[tu
             f"the embedding model returns {len(query_vector)}-dimensional vectors but the index holds "
             f"{matrix.width}-dimensional ones: the model behind the endpoint changed; {PURGE_HINT}"
         )
-    scores = matrix.vectors @ np.asarray(query_vector, dtype=np.float32)
-    k = min(top_k, len(scores))
-    best = np.argpartition(-scores, k - 1)[:k]
+    # einsum runs on this thread: BLAS's threads stall whenever another process has the other
+    # cores (a 3k-row product took 5 ms instead of 0.1 ms on a busy 2-core machine, measured).
+    scores = np.einsum("ij,j->i", matrix.matrix.vectors, np.asarray(query_vector, dtype=np.float32))
+    if len(matrix.excluded):
+        scores[matrix.excluded] = -np.inf
+    k = min(top_k, len(matrix))
+    best = np.argpartition(scores, len(scores) - k)[len(scores) - k :]
     best = best[np.argsort(-scores[best], kind="stable")]
+    rows, sessions = matrix.matrix.rows, matrix.matrix.sessions
     picked: dict[int, tuple[int, str, int, float]] = {}
     for row in best:
-        message_id = int(matrix.message_ids[row])
+        message_id = int(rows["message_id"][row])
         if message_id not in picked:
             picked[message_id] = (
                 message_id,
-                matrix.session_ids[row],
-                int(matrix.chunk_indexes[row]),
+                sessions[int(rows["session"][row])],
+                int(rows["chunk_index"][row]),
                 float(scores[row]),
             )
     return list(picked.values())
@@ -253,12 +284,11 @@ COOLDOWN = Cooldown()
 
 # --------------------------------------------------------------------------- the boundary
 
+# A check that must read more than this many messages (the first pass over a large project, or
+# after the chunking settings changed) goes to the background: about 2 s per 100k messages.
+INLINE_FIRST_CHECK_MESSAGES = 20_000
 #: Time the query embedding may take beyond ``index_budget_seconds`` (a search answers within both).
 QUERY_GRACE_SECONDS = 0.5
-
-# A scope this large is checked in the background the first time a process sees it (about 7 s
-# per 100k messages, measured); later checks only read what is newer than the watermarks.
-INLINE_FIRST_CHECK_MESSAGES = 20_000
 
 
 def search(
@@ -283,6 +313,11 @@ def search(
         return SemanticOutcome(status="unavailable", error=reason)
 
 
+def scope_file_key(scope: Any) -> str:
+    """Which matrix file a scope's vectors live in: one per project."""
+    return matrix_file.identity_file_key(scope.identity)
+
+
 def _search(env: HermesEnv, db: HermesDB, scope: Any, query: str, run: bool, build: bool) -> SemanticOutcome:
     from .embedders import EmbeddingUnavailable, make_embedder
 
@@ -290,53 +325,85 @@ def _search(env: HermesEnv, db: HermesDB, scope: Any, query: str, run: bool, bui
     require_runtime(embedding)
     embedder = make_embedder(embedding, env.api_key())
     fingerprint, session_ids = embedder.fingerprint, scope.session_ids
+    framing = Framing.of(embedding, embedder)
     _writable(env)  # an index that cannot take new messages is reported, whatever the mode
     if not run or not build:
         with IndexStore.open_readonly(env.index_path) as store:
-            status = _status_without_work(env, db, store, fingerprint, session_ids)
+            status = _status_without_work(env, db, store, fingerprint, framing, session_ids)
             if not run or status != "ready":
-                return SemanticOutcome(status=status)
+                return SemanticOutcome(status=status)  # nothing is sent: no query, no indexing
             query_vector = embedder.embed_query(query, deadline=time.monotonic() + embedding.timeout_seconds)
-            matrix = MATRICES.matrix(db, store, fingerprint, session_ids)
+            _check_width(store, fingerprint, query_vector)
+            matrix = MATRICES.matrix(db, store, fingerprint, session_ids, scope_file_key(scope), None)
         hits = top_messages(matrix, query_vector, embedding.top_k)
-        return SemanticOutcome(rows=_rows(db, hits, embedding), status=status)
+        return SemanticOutcome(rows=_rows(db, hits), status=status, framing=framing)
     reason = COOLDOWN.active(fingerprint)
     if reason:
         return SemanticOutcome(status="unavailable", error=reason)
     # The whole semantic side fits in the budget (issue 8: a hanging provider must not hold the
-    # agent's turn): the query first, so a dead provider costs at most the budget plus a grace,
-    # then inline indexing with what is left; the background indexer takes the rest.
+    # agent's turn): the query first, so a dead provider costs at most the budget plus a grace and
+    # fails before any indexing, and a model that changed width behind its name is caught before a
+    # vector of it is stored; then inline indexing with what is left; the background does the rest.
     started = time.monotonic()
     try:
         query_vector = embedder.embed_query(
             query, deadline=started + embedding.index_budget_seconds + QUERY_GRACE_SECONDS
         )
-        store, status = _bring_up_to_date(env, db, scope, embedder, started + embedding.index_budget_seconds)
+        store, status, state = _bring_up_to_date(
+            env, db, scope, embedder, framing, started + embedding.index_budget_seconds
+        )
+        with store:
+            _check_width(store, fingerprint, query_vector)
+            matrix = MATRICES.matrix(db, store, fingerprint, session_ids, scope_file_key(scope), state)
     except EmbeddingUnavailable as error:
         COOLDOWN.start(fingerprint, str(error))
         raise
-    with store:
-        matrix = MATRICES.matrix(db, store, fingerprint, session_ids)
     hits = top_messages(matrix, query_vector, embedding.top_k)
-    return SemanticOutcome(rows=_rows(db, hits, embedding), status=status)
+    return SemanticOutcome(rows=_rows(db, hits), status=status, framing=framing)
+
+
+def _check_width(store: IndexStore, fingerprint: str, query_vector: Any) -> None:
+    stored_width = store.model_width(fingerprint)
+    if stored_width is not None and stored_width != len(query_vector):
+        raise width_mismatch(store.path, stored_width, len(query_vector))
 
 
 def _bring_up_to_date(
-    env: HermesEnv, db: HermesDB, scope: Any, embedder: Any, deadline: float
-) -> tuple[IndexStore, str]:
-    """The one IndexStore of this search, and the index state after inline work up to ``deadline``."""
+    env: HermesEnv,
+    db: HermesDB,
+    scope: Any,
+    embedder: Any,
+    framing: Framing,
+    deadline: float,
+) -> tuple[IndexStore, str, dict[str, tuple[int, int]] | None]:
+    """The one IndexStore of this search, the index state after inline work up to ``deadline``,
+    and the scope's session marks when the check computed them.
+
+    A complete index is found complete from the watermarks and Hermes's index alone, read-only,
+    without the indexer lock: such a search writes nothing and waits for no one.
+    """
     from .embedders import EmbeddingUnavailable
 
     embedding = env.settings.embedding
-    session_ids = scope.session_ids
-    if BACKGROUND.running(env, embedder.fingerprint, session_ids):
-        return IndexStore.open_readonly(env.index_path), "indexing"
+    session_ids, fingerprint = scope.session_ids, embedder.fingerprint
+    if BACKGROUND.running(env, fingerprint, session_ids):
+        return IndexStore.open_readonly(env.index_path), "indexing", None
+    store = IndexStore.open_readonly(env.index_path)
+    try:
+        plan = plan_check(db, store, session_ids, fingerprint, framing)
+    except BaseException:
+        store.close()
+        raise
+    if plan.nothing_new:
+        return store, "ready", plan.state
+    store.close()
     with indexer_lock(env.data_dir) as taken:
         if not taken:
-            return IndexStore.open_readonly(env.index_path), "indexing"
+            return IndexStore.open_readonly(env.index_path), "indexing", plan.state
         store = IndexStore.open_writable(env.index_path, INLINE_BUSY_SECONDS)
         try:
-            if _first_check_is_long(db, store, embedder.fingerprint, session_ids, embedding):
+            plan = plan_check(db, store, session_ids, fingerprint, framing)
+            if plan.to_read > INLINE_FIRST_CHECK_MESSAGES:
                 complete = False  # reading and hashing a very large project takes seconds
             else:
                 try:
@@ -348,6 +415,7 @@ def _bring_up_to_date(
                         embedder,
                         deadline,
                         should_continue=gate_check(scope.identity),
+                        plan=plan,
                     )
                 except EmbeddingUnavailable:
                     if time.monotonic() < deadline:
@@ -357,46 +425,53 @@ def _bring_up_to_date(
             store.close()
             raise
     if complete:
-        return store, "ready"
+        return store, "ready", plan.state
     BACKGROUND.start(env, scope.identity, session_ids, embedder)
-    return store, "indexing"
-
-
-def _first_check_is_long(
-    db: HermesDB, store: IndexStore, fingerprint: str, session_ids: Sequence[str], embedding: Any
-) -> bool:
-    checked = WATERMARKS.get(store.instance, index_recipe(fingerprint, embedding))
-    if all(sid in checked for sid in session_ids):
-        return False
-    return db.live_signature(session_ids)[0] > INLINE_FIRST_CHECK_MESSAGES
+    return store, "indexing", plan.state
 
 
 def _status_without_work(
-    env: HermesEnv, db: HermesDB, store: IndexStore, fingerprint: str, session_ids: Sequence[str]
+    env: HermesEnv,
+    db: HermesDB,
+    store: IndexStore,
+    fingerprint: str,
+    framing: Framing,
+    session_ids: Sequence[str],
 ) -> str:
-    if db.live_message_ids(session_ids) <= store.indexed_message_ids(fingerprint, session_ids):
+    plan = plan_check(db, store, session_ids, fingerprint, framing)
+    unchecked = list(plan.after)
+    if not unchecked or db.live_message_ids(unchecked) <= store.indexed_message_ids(fingerprint, unchecked):
         return "ready"
     if BACKGROUND.running(env, fingerprint, session_ids) or indexer_busy(env.data_dir):
         return "indexing"
     return "partial"
 
 
-def _rows(db: HermesDB, hits: list[tuple[int, str, int, float]], embedding: Any) -> list[dict[str, Any]]:
-    """The hit messages with the chunk the model matched, rebuilt as it was embedded (for snippets)."""
+def _rows(db: HermesDB, hits: list[tuple[int, str, int, float]]) -> list[dict[str, Any]]:
+    """The hit messages, each with the index of the chunk the model matched (``matched_chunk``)."""
     messages = db.messages_by_id(hit[0] for hit in hits)
-    rows = []
-    for message_id, session_id, chunk_index, score in hits:
-        message = messages.get(message_id)
-        if message is None:
-            continue
-        chunks = chunk_text(message_text(message["content"]), embedding.chunk_size, embedding.chunk_overlap)
-        chunk = chunks[chunk_index] if chunk_index < len(chunks) else None
-        if chunk and embedding.context_messages:
-            # The snippet shows what the model matched: a short reply reads with its question.
-            earlier = db.preceding_messages({session_id: message_id - 1}, embedding.context_messages)
-            chunk = embedded_text(chunk, earlier.get(session_id, []), embedding)
-        rows.append({**message, "score": score, "chunk_text": chunk})
-    return rows
+    return [
+        {**messages[message_id], "score": score, "matched_chunk": chunk_index}
+        for message_id, _, chunk_index, score in hits
+        if message_id in messages
+    ]
+
+
+def matched_text(db: HermesDB, row: dict[str, Any], framing: Any) -> str | None:
+    """The text the model matched for a semantic row, rebuilt as it was embedded (for its snippet:
+    a short reply reads with its question). Only the rows a search returns need it."""
+    chunk_index = row.get("matched_chunk")
+    if chunk_index is None or framing is None:
+        return None
+    chunks = chunk_text(message_text(row["content"]), framing.chunk_size, framing.chunk_overlap)
+    if chunk_index >= len(chunks):
+        return None
+    chunk = chunks[chunk_index]
+    if framing.context_messages:
+        session_id = row["session_id"]
+        earlier = db.preceding_messages({session_id: row["message_id"] - 1}, framing.context_messages)
+        chunk = embedded_text(chunk, earlier.get(session_id, []), framing)
+    return chunk
 
 
 def index_report(

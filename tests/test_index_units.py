@@ -150,8 +150,8 @@ def chunk_rows(world, message_id: int) -> list[int]:
 
 def test_an_edited_message_loses_its_extra_chunks(small_chunks, plugin):
     """Hermes 0.19 never rewrites a message's content (only ``active``/``compacted``/``api_content``),
-    so a pass reads a message again only when it has no watermark for its session: a new process,
-    a new index. Such a pass drops the chunks past the message's new end."""
+    so a pass reads a message again only when its session has no watermark (a new recipe, a
+    rebuilt index). Such a pass drops the chunks past the message's new end."""
     world = small_chunks
     session = world.session(world.repo, title="Deploy steps")
     (long_id, _) = world.add(
@@ -175,7 +175,9 @@ def test_an_edited_message_loses_its_extra_chunks(small_chunks, plugin):
     expected_after = len(world.chunker(shorter, 32, 8))
     assert expected_after == 1
 
-    plugin.indexer.WATERMARKS.clear()  # as a new process starts
+    index = world.home / "plugins" / "project-history-recall" / "embeddings.db"
+    with sqlite3.connect(index) as conn:  # the watermarks gone: the next pass re-reads the session
+        conn.execute("DELETE FROM watermarks")
     again = world.search(current, "copying bundles to the mirror", mode="semantic")
     assert again["success"], again
     assert chunk_rows(world, long_id) == list(range(expected_after)), (

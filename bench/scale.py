@@ -1,0 +1,964 @@
+"""Speed at scale: a realistic Hermes home of 50 projects, 5,000 sessions and 300,000 messages.
+
+    .venv/bin/python bench/scale.py                      # build (first time), then every measurement
+    .venv/bin/python bench/scale.py --baseline 0b76633   # the same measurements on another revision
+    .venv/bin/python bench/scale.py --only keyword,hybrid --json bench/results/scale.json
+
+The home (``.cache/bench/scale-v<N>/home``, built once, deterministic from ``--seed``):
+
+* 50 projects: 25 registered with ``projects_db`` (one folder each), 25 automatic git repos (a
+  ``git init`` folder, sessions carry ``git_repo_root``). Sizes are skewed: one project of 100k
+  messages, one of 30k, one of 20k, the rest share 145k; 5k messages sit in 100 sessions with no
+  cwd (no project). 5,000 sessions in all, made with Hermes's ``SessionDB.create_session``.
+* Messages: prose (70 %), code (20 %, some longer than one chunk), Chinese/Japanese (10 %); user
+  and assistant turns, and tool messages in a fifth of the sessions. They go into Hermes's own
+  ``messages`` table with one ``executemany`` per project (its FTS triggers fill both FTS
+  indexes), because ``SessionDB.append_message`` commits once per message (0.6 ms each, some
+  3 minutes for 300k). Then, through ``SessionDB`` again: 3 % of sessions archived
+  (``set_session_archived``), 3 % rewound to a user message halfway (``rewind_to_message``).
+* Vectors: for exactly the chunks and content hashes the plugin's own ``pending_chunks`` asks for
+  (under the real MiniLM fingerprint), unit vectors from numpy's seeded generator, written with
+  the plugin's ``IndexStore.write_chunks``; then one complete ``build_index`` pass records the
+  watermarks, as a real first pass would. So the plugin sees a complete index of a real model.
+
+Every measurement runs in a fresh process, one at a time, and prints the plugin next to a
+reference measured in the same run:
+
+* ``keyword``: the plugin's keyword mode (scope + FTS) vs Hermes's ``SessionDB.search_messages``.
+* ``hybrid``: the first ``run_search`` of a process (model load, scope, index check, matrix, ...)
+  and later ones (p50, the query embedding subtracted), vs a bare numpy matrix-vector product
+  and ``argpartition`` over the same float32 matrix (read from a file in a fresh process, then
+  in memory). RSS growth of the first call, and of the first call after the model is loaded.
+* ``index``: the first index check of a process and later ones, for the largest project and for
+  every project at once (about 295k messages), nothing new to embed.
+* ``local``: MiniLM indexing with one message of context through ``embed_pending`` (consent gate,
+  sorting, batches, tokenizer, ONNX, pooling, float16 writes) vs a bare ``onnxruntime`` session
+  with its default options on the same texts in the same batches.
+* bytes per vector in embeddings.db and in the matrix files.
+
+``--baseline REV`` extracts that revision of the plugin (``git archive``) and measures it on a
+copy of the same state.db with an index written by its own code (``--plugin-dir`` takes a folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import models_setup
+import world  # sets a boot HERMES_HOME before Hermes is imported
+
+SCALE_VERSION = 1
+ROOT = world.CACHE / f"scale-v{SCALE_VERSION}"
+SCALE = 1.0  # --scale: a smaller home of the same shape (a quick look; figures are for 1.0)
+
+
+def set_scale(scale: float) -> None:
+    global ROOT, SCALE
+    SCALE = scale
+    ROOT = world.CACHE / (f"scale-v{SCALE_VERSION}" + ("" if scale == 1.0 else f"-x{scale:g}"))
+
+
+DIM = 384
+MODULE = "hermes_plugins.project_history_recall"
+
+# --------------------------------------------------------------------------- text generation
+
+COMMON = (
+    "the a we it this that to of and in for on with is was be will can should after before when "
+    "then so but not all some more less now again also just only still each every new old first "
+    "last next because while until about into over under between during"
+).split()
+WORDS = (
+    "build test deploy database cache index query error fix release config user login session "
+    "timeout retry request response server client worker queue job schedule migration schema "
+    "table column row backup restore rollback branch merge commit review pipeline docker image "
+    "container cluster node memory leak latency throughput benchmark profile trace log metric "
+    "alert dashboard endpoint token auth permission secret key certificate proxy network socket "
+    "thread lock deadlock race condition bug crash stack panic exception handler callback promise "
+    "async await stream buffer file path folder upload download export import parser format json "
+    "yaml csv invoice payment customer order cart checkout email notification webhook api rate "
+    "limit quota plan team meeting deadline estimate refactor cleanup dependency upgrade version"
+).split()
+SYLLABLES = "ka lo mi nu ter vex dra quin bel sor tha rix mon pel zu gor fen lat cri osh".split()
+IDENTIFIERS = (
+    "compute_value load_config parse_args fetch_rows write_batch retry_after open_session "
+    "close_pool build_index resolve_scope handle_event render_page update_cache flush_queue"
+).split()
+CJK_WORDS = (
+    "数据库 缓存 部署 错误 修复 发布 配置 用户 索引 查询 服务器 测试 日志 性能 内存 接口 会话 超时 "
+    "重试 迁移 备份 回滚 分支 合并 提交 审查 容器 集群 节点 延迟 吞吐 监控 告警 权限 证书 网络 线程 "
+    "データベース キャッシュ デプロイ エラー 修正 リリース 設定 ユーザー ログイン セッション"
+).split()
+CJK_GLUE = ("的", "了", "在", "是", "和", "を", "が", "に", "で", "は")
+
+QUERIES = [
+    "database cache error after the release",
+    "how did we fix the login timeout",
+    "deploy rollback migration",
+    "compute_value retry_after",
+    "memory leak in the worker queue",
+    "invoice export csv",
+    "数据库 缓存",
+    "内存 泄漏 性能",
+]
+
+
+def jargon(rng: random.Random, count: int) -> list[str]:
+    return ["".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 3))) for _ in range(count)]
+
+
+def prose(rng: random.Random, topic: list[str]) -> str:
+    n = rng.randint(8, 70) if rng.random() > 0.05 else rng.randint(200, 420)
+    words = []
+    for _ in range(n):
+        r = rng.random()
+        words.append(rng.choice(topic) if r < 0.08 else rng.choice(WORDS) if r < 0.45 else rng.choice(COMMON))
+    text = " ".join(words)
+    return text[0].upper() + text[1:] + "."
+
+
+def code(rng: random.Random, topic: list[str]) -> str:
+    lines = [f"def {rng.choice(IDENTIFIERS)}_{rng.choice(topic)}(items, cache=None):"]
+    for i in range(rng.randint(6, 70)):
+        name, func = rng.choice(WORDS), rng.choice(IDENTIFIERS)
+        kind = rng.random()
+        if kind < 0.5:
+            lines.append(f"    {name}_{i} = {func}(items[{i}], retries={rng.randint(0, 5)})")
+        elif kind < 0.75:
+            lines.append(
+                f"    if {name}_{i - 1 if i else 0} is None:  # {rng.choice(WORDS)} {rng.choice(topic)}"
+            )
+        else:
+            lines.append(f"        cache['{rng.choice(topic)}'] = {{'{name}': {rng.randint(1, 999)}}}")
+    lines.append(f"    return {rng.choice(WORDS)}_0")
+    intro = prose(rng, topic) if rng.random() < 0.5 else ""
+    return (intro + "\n```python\n" if intro else "```python\n") + "\n".join(lines) + "\n```"
+
+
+def cjk(rng: random.Random) -> str:
+    parts = []
+    for _ in range(rng.randint(4, 30)):
+        parts.append(rng.choice(CJK_WORDS) + (rng.choice(CJK_GLUE) if rng.random() < 0.5 else ""))
+        if rng.random() < 0.15:
+            parts.append("。" if rng.random() < 0.5 else "，")
+    return "".join(parts) + "。"
+
+
+def message_text(rng: random.Random, topic: list[str]) -> str:
+    r = rng.random()
+    return prose(rng, topic) if r < 0.7 else code(rng, topic) if r < 0.9 else cjk(rng)
+
+
+# --------------------------------------------------------------------------- plugin access (both revisions)
+
+
+def install(home: Path, source: Path | None) -> None:
+    """The plugin copy in the home: this checkout (harness) or another revision's folder."""
+    if source is None:
+        world.harness.install_plugin(home)
+        return
+    target = home / "plugins" / world.PLUGIN_KEY
+    shutil.copytree(
+        source, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("tests", "bench", "__pycache__")
+    )
+
+
+def activate(home: Path, source: Path | None) -> Any:
+    """Point Hermes at ``home``, install the plugin copy, load it through Hermes; the package."""
+    world.activate_env(home)
+    install(home, source)
+    import model_tools  # noqa: F401  (plugin discovery)
+    from hermes_cli.plugins import get_plugin_manager
+
+    loaded = {p["name"]: p for p in get_plugin_manager().list_plugins()}
+    if world.PLUGIN_KEY not in loaded or loaded[world.PLUGIN_KEY].get("error"):
+        raise SystemExit(f"plugin not loaded: {loaded.get(world.PLUGIN_KEY)}")
+    import importlib
+
+    for name in (
+        "hermes_env",
+        "hermes_db",
+        "index_db",
+        "indexer",
+        "semantic",
+        "search",
+        "embedders",
+        "scope",
+    ):
+        importlib.import_module(f"{MODULE}.{name}")
+    return sys.modules[MODULE]
+
+
+def configure(plugin: Any) -> Any:
+    """MiniLM as the local provider and a consent for every project, as ``enable`` records it."""
+    from hermes_cli.config import load_config, save_config
+
+    config = load_config()
+    embedding = {"enabled": True, **models_setup.base_embedding("minilm")}
+    config.setdefault("plugins", {})[world.PLUGIN_KEY] = {"embedding": embedding}
+    save_config(config)
+    env = plugin.hermes_env.HermesEnv.current()
+    record = plugin.consent.consent_record(env.settings.embedding, env.profile, ["*"], "2026-12-01T00:00:00")
+    plugin.consent.write_consent(env, record)
+    return env
+
+
+def framing_of(plugin: Any, embedding: Any, embedder: Any) -> Any:
+    """What pending_chunks takes: the new code's Framing, the old code's settings."""
+    framing = getattr(plugin.indexer, "Framing", None)
+    return framing.of(embedding, embedder) if framing else embedding
+
+
+def write_vectors(plugin: Any, store: Any, fingerprint: str, batch: list, vectors: Any) -> None:
+    if hasattr(plugin.index_db, "VECTOR_DTYPE"):
+        store.write_chunks(fingerprint, [(*key, digest) for key, _, digest in batch], vectors)
+    else:  # the old code: float32 bytes in each row
+        rows = [
+            (*key, digest, v.astype("<f4").tobytes())
+            for (key, _, digest), v in zip(batch, vectors, strict=True)
+        ]
+        store.write_chunks(fingerprint, rows)
+
+
+def matrix_of(plugin: Any, db: Any, store: Any, fingerprint: str, scope: Any) -> Any:
+    semantic = plugin.semantic
+    if hasattr(semantic, "scope_file_key"):
+        return semantic.MATRICES.matrix(
+            db, store, fingerprint, scope.session_ids, semantic.scope_file_key(scope)
+        )
+    return semantic.MATRICES.matrix(db, store, fingerprint, scope.session_ids)
+
+
+def dense(plugin: Any, matrix: Any) -> Any:
+    """The in-scope rows as one float32 array (the 'same matrix' for the bare numpy reference)."""
+    import numpy as np
+
+    if hasattr(matrix, "excluded"):
+        keep = np.ones(len(matrix.matrix.rows), dtype=bool)
+        keep[matrix.excluded] = False
+        return np.ascontiguousarray(matrix.matrix.vectors[keep], dtype=np.float32)
+    return np.ascontiguousarray(matrix.vectors, dtype=np.float32)
+
+
+# --------------------------------------------------------------------------- building the home
+
+
+def project_sizes(rng: random.Random) -> list[int]:
+    rest = int(145_000 * SCALE)
+    weights = [rng.random() ** 2 + 0.05 for _ in range(47)]
+    shares = [int(rest * w / sum(weights)) for w in weights]
+    shares[0] += rest - sum(shares)
+    return [int(100_000 * SCALE), int(30_000 * SCALE), int(20_000 * SCALE), *shares]
+
+
+def build_state(root: Path, seed: int) -> dict:
+    """state.db and projects.db of the scale home; returns the manifest."""
+    home = root / "home"
+    home.mkdir(parents=True)
+    world.activate_env(home)
+    w = world.harness.World(home, root / "work")
+    rng = random.Random(seed)
+    manifest: dict = {"seed": seed, "projects": [], "timings": {}}
+    started = time.perf_counter()
+    sizes = project_sizes(rng)
+    no_cwd = max(5, int(100 * SCALE))
+    total_sessions = max(400, int(5_000 * SCALE) - no_cwd - 50)  # and one fresh session per project
+    session_counts = [max(2, round(total_sessions * size / sum(sizes))) for size in sizes]
+    session_counts[0] += total_sessions - sum(session_counts)
+    plan: list[tuple[str, str | None, int, list[str]]] = []  # (session, cwd, messages, topic)
+    for p, (size, count) in enumerate(zip(sizes, session_counts, strict=True)):
+        explicit = p % 2 == 0
+        folder = w.folder(f"p{p:02d}", git=not explicit)
+        project_id = w.project(f"Project {p:02d}", folder) if explicit else None
+        topic = jargon(rng, 30)
+        lengths = [rng.random() + 0.2 for _ in range(count)]
+        per = [max(2, int(size * x / sum(lengths))) for x in lengths]
+        per[0] += size - sum(per)
+        sids = []
+        for n in per:
+            sid = world.harness.new_session_id()
+            w.db.create_session(sid, "cli", cwd=folder)
+            if not explicit:
+                w.db.update_session_cwd(sid, folder, git_repo_root=folder)
+            plan.append((sid, folder, n, topic))
+            sids.append(sid)
+        fresh = world.harness.new_session_id()
+        w.db.create_session(fresh, "cli", cwd=folder)
+        if not explicit:
+            w.db.update_session_cwd(fresh, folder, git_repo_root=folder)
+        manifest["projects"].append(
+            {
+                "name": f"p{p:02d}",
+                "folder": folder,
+                "id": project_id,
+                "messages": size,
+                "sessions": sids,
+                "fresh": fresh,
+            }
+        )
+    for _ in range(no_cwd):  # conversations with no cwd: in no project
+        sid = world.harness.new_session_id()
+        w.db.create_session(sid, "cli")
+        plan.append((sid, None, max(2, int(50 * SCALE)), jargon(rng, 5)))
+    manifest["timings"]["sessions_s"] = time.perf_counter() - started
+
+    t0 = time.perf_counter()
+    conn = sqlite3.connect(home / "state.db")
+    stamp = time.time() - 86400 * 400
+    tool_sessions = set()
+    rows: list[tuple] = []
+    for index, (sid, _, n, topic) in enumerate(plan):
+        tools = rng.random() < 0.2
+        if tools:
+            tool_sessions.add(sid)
+        for i in range(n):
+            role = "user" if i % 2 == 0 else "assistant"
+            rows.append((sid, role, message_text(rng, topic), stamp, 1))
+            stamp += 1.0
+            if tools and role == "assistant" and rng.random() < 0.5:
+                rows.append((sid, "tool", f'{{"ok": true, "lines": {rng.randint(1, 500)}}}', stamp, 1))
+                stamp += 1.0
+        if len(rows) > 20_000 or index == len(plan) - 1:
+            with conn:
+                conn.executemany(
+                    "INSERT INTO messages (session_id, role, content, timestamp, active) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    rows,
+                )
+            rows = []
+    with conn:
+        conn.execute(
+            "UPDATE sessions SET message_count = "
+            "(SELECT count(*) FROM messages m WHERE m.session_id = sessions.id)"
+        )
+    conn.close()
+    manifest["timings"]["bulk_messages_s"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    candidates = [sid for sid, cwd, n, _ in plan if cwd and n >= 6]
+    archived = rng.sample(candidates, int(len(candidates) * 0.03))
+    rewound = rng.sample([sid for sid in candidates if sid not in set(archived)], int(len(candidates) * 0.03))
+    for sid in archived:
+        w.db.set_session_archived(sid, True)
+    for sid in rewound:
+        users = [m["id"] for m in w.db.get_messages(sid) if m["role"] == "user"]
+        w.db.rewind_to_message(sid, users[len(users) // 2])
+    w.close()
+    manifest["archived"], manifest["rewound"] = archived, rewound
+    manifest["timings"]["archive_rewind_s"] = time.perf_counter() - t0
+    conn = sqlite3.connect(f"file:{home / 'state.db'}?mode=ro", uri=True)
+    manifest["messages"] = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+    manifest["user_assistant"] = conn.execute(
+        "SELECT count(*) FROM messages WHERE role IN ('user', 'assistant')"
+    ).fetchone()[0]
+    manifest["sessions"] = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
+    conn.close()
+    return manifest
+
+
+def build_index_for(home: Path, source: Path | None, seed: int) -> dict:
+    """In a child process: vectors for every chunk the plugin asks for, then one complete pass."""
+    import numpy as np
+
+    plugin = activate(home, source)
+    env = configure(plugin)
+    embedding = env.settings.embedding
+    embedder = plugin.embedders.make_embedder(embedding, None)
+    framing = framing_of(plugin, embedding, embedder)
+    vrng = np.random.default_rng(seed)
+    out: dict = {}
+    with plugin.hermes_db.HermesDB.open(env) as db:
+        groups = plugin.scope.ProjectMap(db).groups()
+        ids = [sid for group in groups for sid in group["session_ids"]]
+        with (
+            plugin.index_db.indexer_lock(env.data_dir) as taken,
+            plugin.index_db.IndexStore.open_writable(env.index_path) as store,
+        ):
+            assert taken
+            t0 = time.perf_counter()
+            todo = plugin.indexer.pending_chunks(db, store, ids, embedder.fingerprint, framing).todo
+            out["pending_s"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            for start in range(0, len(todo), 10_000):
+                batch = todo[start : start + 10_000]
+                vectors = vrng.standard_normal((len(batch), DIM)).astype(np.float32)
+                vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+                write_vectors(plugin, store, embedder.fingerprint, batch, vectors)
+            out["write_s"] = time.perf_counter() - t0
+            out["chunks"] = len(todo)
+    # The first complete pass, per project as `hermes project-history index` runs it: reads and
+    # hashes everything once, records the watermarks (and, in this checkout, the matrix files).
+    t0 = time.perf_counter()
+    for group in groups:
+        written, complete = plugin.indexer.index_scope(env, group["identity"], group["session_ids"], embedder)
+        assert complete and written == 0, (written, complete)
+    out["first_pass_s"] = time.perf_counter() - t0
+    out["embeddings_db_bytes"] = sum(
+        Path(str(env.index_path) + s).stat().st_size
+        for s in ("", "-wal")
+        if Path(str(env.index_path) + s).exists()
+    )
+    return out
+
+
+def variant_home(name: str) -> Path:
+    return ROOT / ("home" if name == "new" else f"home-{name}")
+
+
+def ensure_home(seed: int, rebuild: bool) -> dict:
+    manifest_path = ROOT / "world.json"
+    if manifest_path.exists() and not rebuild:
+        return json.loads(manifest_path.read_text())
+    if ROOT.exists():
+        shutil.rmtree(ROOT)
+    ROOT.mkdir(parents=True)
+    started = time.perf_counter()
+    manifest = build_state(ROOT, seed)
+    world.harness.enable_plugin(ROOT / "home")
+    manifest["timings"]["state_total_s"] = time.perf_counter() - started
+    manifest_path.write_text(json.dumps(manifest))
+    return manifest
+
+
+def ensure_variant(manifest: dict, variant: str, source: Path | None, seed: int) -> dict:
+    """The home of a variant with its own index (the baseline gets a copy of state.db)."""
+    key = f"index_{variant}"
+    home = variant_home(variant)
+    if key in manifest and (home / "plugins" / world.PLUGIN_KEY / "embeddings.db").exists():
+        return manifest[key]
+    if variant != "new":
+        if home.exists():
+            shutil.rmtree(home)
+        home.mkdir(parents=True)
+        for name in ("state.db", "projects.db", "config.yaml"):
+            if (ROOT / "home" / name).exists():
+                shutil.copy2(ROOT / "home" / name, home / name)
+        install(home, source)
+    manifest[key] = child(["--child", "build-index", "--variant", variant, *source_args(source)], seed=seed)
+    (ROOT / "world.json").write_text(json.dumps(manifest))
+    return manifest[key]
+
+
+# --------------------------------------------------------------------------- measurements (children)
+
+
+def rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def p50(values: list[float]) -> float:
+    return 1000 * statistics.median(values)
+
+
+class Timers:
+    """Wall time spent in named plugin functions during one call (bench instrumentation)."""
+
+    def __init__(self) -> None:
+        self.spent: dict[str, float] = {}
+
+    def wrap(self, owner: Any, name: str, label: str) -> None:
+        original = getattr(owner, name, None)
+        if original is None:
+            return
+        spent = self.spent
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.perf_counter() - t0
+
+        setattr(owner, name, timed)
+
+    def take(self) -> dict[str, float]:
+        out = {k: 1000 * v for k, v in self.spent.items()}
+        self.spent.clear()
+        return out
+
+
+def project_by_name(manifest: dict, name: str) -> dict:
+    return next(p for p in manifest["projects"] if p["name"] == name)
+
+
+def measure_keyword(manifest: dict, variant: str, source: Path | None, repeats: int) -> dict:
+    plugin = activate(variant_home(variant), source)
+    env = plugin.hermes_env.HermesEnv.current()
+    from hermes_state import SessionDB
+
+    big = project_by_name(manifest, "p00")
+    plugin.search.run_search("warm up", "keyword", 10, big["fresh"])
+    hermes = SessionDB(db_path=env.state_db)
+    hermes.search_messages("warm up", limit=10)
+    ours, theirs = [], []
+    for _ in range(repeats):
+        for query in QUERIES:
+            t0 = time.perf_counter()
+            result = plugin.search.run_search(query, "keyword", 10, big["fresh"])
+            ours.append(time.perf_counter() - t0)
+            assert result["success"], result
+            t0 = time.perf_counter()
+            hermes.search_messages(query, limit=10)
+            theirs.append(time.perf_counter() - t0)
+    hermes.close()
+    return {"plugin_keyword_p50_ms": p50(ours), "search_messages_p50_ms": p50(theirs)}
+
+
+def measure_hybrid(
+    manifest: dict, variant: str, source: Path | None, project: str, repeats: int, model_first: bool
+) -> dict:
+    """The first run_search of a process, then warm ones, vs bare numpy over the same matrix."""
+    import numpy as np
+
+    plugin = activate(variant_home(variant), source)
+    env = plugin.hermes_env.HermesEnv.current()
+    target = project_by_name(manifest, project)
+    timers = Timers()
+    timers.wrap(plugin.embedders, "make_embedder", "make_embedder (model load)")
+    timers.wrap(plugin.semantic.MATRICES, "matrix", "matrix")
+    timers.wrap(plugin.semantic, "top_messages", "top_messages")
+    timers.wrap(plugin.semantic, "_bring_up_to_date", "index check")
+    timers.wrap(plugin.scope.ProjectMap, "resolve_scope", "resolve_scope")
+    timers.wrap(plugin.search, "keyword_messages", "keyword")
+    embedder = None
+    if model_first:
+        embedder = plugin.embedders.make_embedder(env.settings.embedding, None)
+        embedder.embed_query("load the model first")
+        timers.take()
+    rss0 = rss_mib()
+    t0 = time.perf_counter()
+    result = plugin.search.run_search(QUERIES[0], "hybrid", 10, target["fresh"])
+    first = time.perf_counter() - t0
+    rss1 = rss_mib()
+    assert result["success"] and result.get("semantic_status") == "ready", result.get("semantic_status")
+    out: dict = {
+        "project": project,
+        "model_first": model_first,
+        "first_ms": 1000 * first,
+        "first_parts_ms": timers.take(),
+    }
+    out["rss_growth_mib"] = rss1 - rss0
+    embedder = embedder or plugin.embedders.make_embedder(env.settings.embedding, None)
+    with (
+        plugin.hermes_db.HermesDB.open(env) as db,
+        plugin.index_db.IndexStore.open_readonly(env.index_path) as store,
+    ):
+        scope = plugin.scope.ProjectMap(db).resolve_scope(target["fresh"])
+        matrix = matrix_of(plugin, db, store, embedder.fingerprint, scope)
+        reference = dense(plugin, matrix)
+    out["chunks_in_scope"] = len(reference)
+    out["matrix_mib"] = reference.nbytes / 2**20
+    timers.take()
+    warm, embed, parts = [], [], []
+    for _ in range(repeats):
+        for query in QUERIES:
+            before = embedder.provider_seconds
+            t0 = time.perf_counter()
+            result = plugin.search.run_search(query, "hybrid", 10, target["fresh"])
+            warm.append(time.perf_counter() - t0 - (embedder.provider_seconds - before))
+            embed.append(embedder.provider_seconds - before)
+            parts.append(timers.take())
+            assert result.get("semantic_status") == "ready"
+    out["warm_p50_ms"] = p50(warm)
+    out["warm_query_embedding_p50_ms"] = p50(embed)
+    out["warm_parts_p50_ms"] = {k: statistics.median(p.get(k, 0.0) for p in parts) for k in parts[0]}
+    # bare numpy over the same matrix, in memory
+    vectors = [embedder.embed_query(q) for q in QUERIES]
+    top_k = env.settings.embedding.top_k
+    bare = []
+    for i in range(repeats * len(QUERIES)):
+        q = vectors[i % len(vectors)]
+        t0 = time.perf_counter()
+        scores = reference @ q
+        best = np.argpartition(scores, len(scores) - top_k)[len(scores) - top_k :]
+        best[np.argsort(-scores[best])]
+        bare.append(time.perf_counter() - t0)
+    out["bare_numpy_warm_p50_ms"] = p50(bare)
+    dump = ROOT / f"bare-{variant}-{project}.f32"
+    reference.tofile(dump)
+    np.save(ROOT / "query.npy", vectors[0])
+    out["bare_file"] = str(dump)
+    return out
+
+
+def measure_bare_cold(path: str) -> dict:
+    """A fresh process: read the same float32 matrix from a file (page cache), one product, top-k."""
+    t0 = time.perf_counter()
+    import numpy as np
+
+    t_import = time.perf_counter() - t0
+    q = np.load(ROOT / "query.npy")
+    rss0 = rss_mib()
+    t0 = time.perf_counter()
+    m = np.fromfile(path, dtype=np.float32).reshape(-1, DIM)
+    scores = m @ q
+    best = np.argpartition(scores, len(scores) - 50)[len(scores) - 50 :]
+    best[np.argsort(-scores[best])]
+    read = time.perf_counter() - t0
+    rss1 = rss_mib()
+    del m, scores
+    t0 = time.perf_counter()
+    mm = np.memmap(path, dtype=np.float32, mode="r").reshape(-1, DIM)
+    scores = mm @ q
+    best = np.argpartition(scores, len(scores) - 50)[len(scores) - 50 :]
+    mapped = time.perf_counter() - t0
+    return {
+        "numpy_import_ms": 1000 * t_import,
+        "fromfile_ms": 1000 * read,
+        "fromfile_rss_growth_mib": rss1 - rss0,
+        "memmap_ms": 1000 * mapped,
+    }
+
+
+def measure_index(manifest: dict, variant: str, source: Path | None, repeats: int) -> dict:
+    """The index check with nothing new, first in a process and later: as a search runs it (one
+    project), and as `hermes project-history index` runs it (every project, one after another)."""
+    plugin = activate(variant_home(variant), source)
+    env = plugin.hermes_env.HermesEnv.current()
+    embedder = plugin.embedders.make_embedder(env.settings.embedding, None)
+    out: dict = {}
+    with plugin.hermes_db.HermesDB.open(env) as db:
+        groups = plugin.scope.ProjectMap(db).groups()
+        largest = max(groups, key=lambda g: len(g["session_ids"]))
+        out["all_scopes_messages"] = len(db.live_message_ids([s for g in groups for s in g["session_ids"]]))
+        out["largest_scope_messages"] = len(db.live_message_ids(largest["session_ids"]))
+    for label, chosen in (("largest", [largest]), ("all", groups)):
+        times = []
+        for _ in range(1 + repeats):
+            t0 = time.perf_counter()
+            for group in chosen:
+                written, complete = plugin.indexer.index_scope(
+                    env, group["identity"], group["session_ids"], embedder
+                )
+                assert complete and written == 0, (label, written, complete)
+            times.append(time.perf_counter() - t0)
+        out[f"{label}_first_ms"] = 1000 * times[0]
+        out[f"{label}_later_p50_ms"] = p50(times[1:])
+    return out
+
+
+def measure_local(manifest: dict, variant: str, source: Path | None, texts_wanted: int, rounds: int) -> dict:
+    """Indexing throughput with MiniLM: the plugin's embed_pending vs a bare onnxruntime session."""
+    import tempfile
+
+    import numpy as np
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    plugin = activate(variant_home(variant), source)
+    env = plugin.hermes_env.HermesEnv.current()
+    embedding = env.settings.embedding
+    embedder = plugin.embedders.make_embedder(embedding, None)
+    embedder.embed_query("warm up")
+    framing = framing_of(plugin, embedding, embedder)
+    project = project_by_name(manifest, "p01")
+    scratch = Path(tempfile.mkdtemp(prefix="phr-scale-local-"))
+    try:
+        with (
+            plugin.hermes_db.HermesDB.open(env) as db,
+            plugin.index_db.IndexStore.open_writable(scratch / "embeddings.db") as store,
+        ):
+            chosen, count = [], 0
+            for sid in project["sessions"]:
+                if count >= texts_wanted:
+                    break
+                chosen.append(sid)
+                count += len(db.live_messages([sid]))
+            pending = plugin.indexer.pending_chunks(db, store, chosen, embedder.fingerprint, framing)
+            todo = list(pending.todo)
+            identity = plugin.scope.ProjectMap(db).resolve_scope(project["fresh"]).identity
+        sorted_batches = hasattr(plugin.indexer, "Framing")
+        order = sorted(todo, key=lambda item: len(item[1])) if sorted_batches else todo
+        batches = [
+            [text for _, text, _ in order[i : i + embedding.batch_size]]
+            for i in range(0, len(order), embedding.batch_size)
+        ]
+
+        folder = Path(embedding.model_path)
+        session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(max_length=256)
+
+        def bare() -> float:
+            t0 = time.perf_counter()
+            for texts in batches:
+                encodings = tokenizer.encode_batch(texts)
+                length = max(len(e.ids) for e in encodings)
+                ids = np.zeros((len(texts), length), dtype=np.int64)
+                mask = np.zeros_like(ids)
+                for row, e in enumerate(encodings):
+                    ids[row, : len(e.ids)] = e.ids
+                    mask[row, : len(e.ids)] = 1
+                (hidden,) = session.run(
+                    ["last_hidden_state"],
+                    {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
+                )
+                pooled = (hidden * mask[:, :, None]).sum(axis=1) / mask.sum(axis=1, keepdims=True)
+                pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+            return time.perf_counter() - t0
+
+        def ours() -> float:
+            target = scratch / f"run-{time.monotonic_ns()}.db"
+            with plugin.index_db.IndexStore.open_writable(target) as run_store:
+                work = plugin.indexer.Pending(**{**pending.__dict__, "todo": list(todo), "stale": []})
+                t0 = time.perf_counter()
+                written = plugin.indexer.embed_pending(
+                    run_store, embedder, work, embedding.batch_size, None, plugin.indexer.gate_check(identity)
+                )
+                seconds = time.perf_counter() - t0
+            assert written == len(todo), (written, len(todo))
+            return seconds
+
+        plugin_runs, bare_runs = [], []
+        for _ in range(rounds):  # interleaved, so a change of load on the machine hits both
+            plugin_runs.append(ours())
+            bare_runs.append(bare())
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    lengths = [len(t) for b in batches for t in b]
+    out = {
+        "texts": len(todo),
+        "messages": count,
+        "mean_chars": statistics.mean(lengths),
+        "plugin_texts_per_s": len(todo) / statistics.median(plugin_runs),
+        "bare_ort_texts_per_s": len(todo) / statistics.median(bare_runs),
+        "plugin_runs_s": plugin_runs,
+        "bare_runs_s": bare_runs,
+        "chunk_size": getattr(framing, "chunk_size", embedding.chunk_size),
+    }
+    out["ratio_bare_over_plugin"] = out["bare_ort_texts_per_s"] / out["plugin_texts_per_s"]
+    return out
+
+
+def measure_bytes(variant: str) -> dict:
+    home = variant_home(variant)
+    data = home / "plugins" / world.PLUGIN_KEY
+    conn = sqlite3.connect(f"file:{data / 'embeddings.db'}?mode=ro", uri=True)
+    rows = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    blob = conn.execute("SELECT avg(length(vector)) FROM chunks").fetchone()[0]
+    conn.close()
+    db_bytes = sum(p.stat().st_size for p in data.glob("embeddings.db*"))
+    matrix = data / "matrix"
+    matrix_bytes = sum(p.stat().st_size for p in matrix.glob("*")) if matrix.exists() else 0
+    matrix_rows = 0
+    for header in matrix.glob("*.json") if matrix.exists() else []:
+        matrix_rows += json.loads(header.read_text()).get("count", 0)
+    return {
+        "chunks": rows,
+        "vector_blob_bytes": blob,
+        "embeddings_db_bytes_per_chunk": db_bytes / rows,
+        "matrix_file_bytes_per_row": matrix_bytes / matrix_rows if matrix_rows else 0,
+        "matrix_rows": matrix_rows,
+    }
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def source_args(source: Path | None) -> list[str]:
+    return ["--plugin-dir", str(source)] if source else []
+
+
+def scale_args() -> list[str]:
+    return ["--scale", str(SCALE)]
+
+
+def child(argv: list[str], **_: Any) -> dict:
+    done = subprocess.run(
+        [sys.executable, __file__, *argv, *scale_args()], capture_output=True, text=True, env=os.environ
+    )
+    if done.returncode:
+        sys.stderr.write(done.stdout[-4000:] + done.stderr[-8000:])
+        raise SystemExit(f"child {argv} failed")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def baseline_source(rev: str) -> Path:
+    target = world.CACHE / f"plugin-{rev}"
+    if not (target / "__init__.py").exists():
+        target.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(
+            ["git", "-C", str(world.REPO), "archive", rev], check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return target
+
+
+def run_child(args: argparse.Namespace) -> dict:
+    manifest = json.loads((ROOT / "world.json").read_text())
+    source = Path(args.plugin_dir) if args.plugin_dir else None
+    if args.child == "build-index":
+        return build_index_for(variant_home(args.variant), source, args.seed)
+    if args.child == "keyword":
+        return measure_keyword(manifest, args.variant, source, args.repeats)
+    if args.child == "hybrid":
+        return measure_hybrid(manifest, args.variant, source, args.project, args.repeats, args.model_first)
+    if args.child == "bare-cold":
+        return measure_bare_cold(args.project)
+    if args.child == "index":
+        return measure_index(manifest, args.variant, source, args.repeats)
+    if args.child == "local":
+        return measure_local(manifest, args.variant, source, args.local_texts, args.rounds)
+    raise SystemExit(f"unknown child {args.child}")
+
+
+def measure_variant(
+    manifest: dict, variant: str, source: Path | None, only: set[str], args: argparse.Namespace
+) -> dict:
+    base = ["--variant", variant, *source_args(source), "--repeats", str(args.repeats)]
+    report: dict = {"index_build": ensure_variant(manifest, variant, source, args.seed)}
+    if "keyword" in only:
+        report["keyword"] = child(["--child", "keyword", *base])
+    if "hybrid" in only:
+        report["hybrid"] = []
+        for project in args.projects.split(","):
+            cold = child(["--child", "hybrid", *base, "--project", project])
+            cold["bare_cold"] = child(["--child", "bare-cold", "--project", cold["bare_file"]])
+            cold["model_first"] = child(["--child", "hybrid", *base, "--project", project, "--model-first"])
+            report["hybrid"].append(cold)
+    if "index" in only:
+        report["index"] = child(["--child", "index", *base])
+    if "local" in only:
+        report["local"] = child(
+            ["--child", "local", *base, "--local-texts", str(args.local_texts), "--rounds", str(args.rounds)]
+        )
+    report["bytes"] = measure_bytes(variant)
+    return report
+
+
+HYBRID_HEADER = (
+    "| project | chunks in scope | first call ms | first call, model loaded first ms "
+    "| bare numpy cold ms (fromfile / memmap) | warm p50 ms (excl. query embedding) "
+    "| bare numpy warm p50 ms | matrix MiB | RSS growth of the first call MiB (model loaded first) |"
+)
+
+
+def print_report(name: str, report: dict) -> None:
+    print(f"\n## {name}")
+    if "keyword" in report:
+        k = report["keyword"]
+        ours, theirs = k["plugin_keyword_p50_ms"], k["search_messages_p50_ms"]
+        print(
+            f"keyword (largest project, p50): plugin {ours:.1f} ms, Hermes search_messages "
+            f"{theirs:.1f} ms (ratio {ours / theirs:.2f})"
+        )
+    if "hybrid" in report:
+        print("\n" + HYBRID_HEADER)
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for h in report["hybrid"]:
+            m, b = h["model_first"], h["bare_cold"]
+            print(
+                f"| {h['project']} | {h['chunks_in_scope']:,} | {h['first_ms']:.0f} | {m['first_ms']:.0f} | "
+                f"{b['fromfile_ms']:.0f} / {b['memmap_ms']:.0f} | {h['warm_p50_ms']:.1f} | "
+                f"{h['bare_numpy_warm_p50_ms']:.1f} | {h['matrix_mib']:.0f} | {h['rss_growth_mib']:.0f} "
+                f"({m['rss_growth_mib']:.0f}) |"
+            )
+        for h in report["hybrid"]:
+            parts = ", ".join(f"{k} {v:.0f}" for k, v in h["first_parts_ms"].items())
+            warm = ", ".join(f"{k} {v:.1f}" for k, v in h["warm_parts_p50_ms"].items())
+            loaded = ", ".join(f"{k} {v:.0f}" for k, v in h["model_first"]["first_parts_ms"].items())
+            print(f"  {h['project']}: first call: {parts}")
+            print(f"    model loaded first: {loaded}")
+            print(f"    warm p50: {warm}")
+    if "index" in report:
+        i = report["index"]
+        print(
+            f"\nindex check, nothing new (index_scope): largest project ({i['largest_scope_messages']:,} "
+            f"messages) first {i['largest_first_ms']:.0f} ms, later {i['largest_later_p50_ms']:.0f} ms; "
+            f"every project ({i['all_scopes_messages']:,} messages) first {i['all_first_ms']:.0f} ms, "
+            f"later {i['all_later_p50_ms']:.0f} ms"
+        )
+    if "local" in report:
+        loc = report["local"]
+        print(
+            f"\nlocal MiniLM, {loc['texts']} texts ({loc['messages']} messages, context 1, chunk_size "
+            f"{loc['chunk_size']}, {loc['mean_chars']:.0f} chars mean): plugin "
+            f"{loc['plugin_texts_per_s']:.1f} texts/s, bare onnxruntime "
+            f"{loc['bare_ort_texts_per_s']:.1f} texts/s "
+            f"(bare/plugin {loc['ratio_bare_over_plugin']:.2f})"
+        )
+    b = report["bytes"]
+    print(
+        f"\nbytes per vector: blob {b['vector_blob_bytes']:.0f}, embeddings.db "
+        f"{b['embeddings_db_bytes_per_chunk']:.0f} per chunk ({b['chunks']:,} chunks), matrix files "
+        f"{b['matrix_file_bytes_per_row']:.0f} per row"
+    )
+    ib = report["index_build"]
+    print(
+        f"index written: {ib['chunks']:,} chunks; first complete pass, no watermarks yet: "
+        f"{ib['first_pass_s']:.1f} s"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help="a smaller home of the same shape (quick look)"
+    )
+    parser.add_argument("--rebuild", action="store_true")
+    parser.add_argument("--only", default="keyword,hybrid,index,local")
+    parser.add_argument(
+        "--projects", default="p00,p01,p10", help="hybrid: which projects (p00 is the 100k one)"
+    )
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--local-texts", type=int, default=600)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--baseline", help="also measure this git revision of the plugin")
+    parser.add_argument("--skip-new", action="store_true", help="with --baseline: only the baseline")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--variant", default="new", help=argparse.SUPPRESS)
+    parser.add_argument("--plugin-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--project", help=argparse.SUPPRESS)
+    parser.add_argument("--model-first", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    set_scale(args.scale)
+    if args.child:
+        print(json.dumps(run_child(args)))
+        return
+
+    started = time.perf_counter()
+    manifest = ensure_home(args.seed, args.rebuild)
+    t = manifest["timings"]
+    print(
+        f"scale home: {len(manifest['projects'])} projects, {manifest['sessions']:,} sessions, "
+        f"{manifest['messages']:,} messages ({manifest['user_assistant']:,} user/assistant), "
+        f"{len(manifest['archived'])} archived, {len(manifest['rewound'])} rewound; built in "
+        f"{t.get('state_total_s', 0):.0f} s (bulk messages {t['bulk_messages_s']:.0f} s), cached in {ROOT}"
+    )
+    only = set(args.only.split(","))
+    report: dict = {"cpus": os.cpu_count(), "load_average_start": os.getloadavg()}
+    variants: list[tuple[str, Path | None]] = [] if args.skip_new else [("new", None)]
+    if args.baseline:
+        variants.append((args.baseline, baseline_source(args.baseline)))
+    for name, source in variants:
+        report[name] = measure_variant(manifest, name, source, only, args)
+        print_report("this checkout" if name == "new" else f"revision {name}", report[name])
+    report["load_average_end"] = os.getloadavg()
+    loads = f"start {report['load_average_start']}, end {report['load_average_end']}"
+    print(f"\nload average: {loads}; {time.perf_counter() - started:.0f} s")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
