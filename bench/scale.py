@@ -203,12 +203,13 @@ def activate(home: Path, source: Path | None) -> Any:
     return sys.modules[MODULE]
 
 
-def configure(plugin: Any) -> Any:
-    """MiniLM as the local provider and a consent for every project, as ``enable`` records it."""
+def configure(plugin: Any, embedding: dict[str, Any] | None = None) -> Any:
+    """An embedding section (MiniLM as the local provider unless given) and a consent for every
+    project, as ``enable`` records it; returns the HermesEnv."""
     from hermes_cli.config import load_config, save_config
 
     config = load_config()
-    embedding = {"enabled": True, **models_setup.base_embedding("minilm")}
+    embedding = {"enabled": True, **(embedding or models_setup.base_embedding("minilm"))}
     config.setdefault("plugins", {})[world.PLUGIN_KEY] = {"embedding": embedding}
     save_config(config)
     env = plugin.hermes_env.HermesEnv.current()
