@@ -79,9 +79,10 @@ BACKOFF_CAP_SECONDS = 8.0
 RETRY_AFTER_CAP_SECONDS = 20.0
 #: Status codes worth another try: the ones the openai SDK itself retries.
 RETRYABLE_STATUS = frozenset({408, 409, 429})
-#: Local inference batch cap: attention memory grows with batch * length**2, so a large
-#: ``batch_size`` meant for an HTTP endpoint must not become one huge ONNX run.
-LOCAL_MAX_BATCH = 64
+#: Texts per ONNX run. Measured with MiniLM on LoCoMo turns (72 word-pieces mean, length-sorted):
+#: 8 per run gave 51 texts per CPU-second, 32 gave 41, 128 gave 31: small runs keep the
+#: activations in cache. ``batch_size`` (meant for an HTTP endpoint) does not change it.
+LOCAL_RUN_BATCH = 8
 #: Bumped when the way vectors are computed here changes, so stored vectors get re-embedded.
 FINGERPRINT_VERSION = 1
 
@@ -481,10 +482,33 @@ class _LocalModel:
     pad_id: int
     model_sha256: str
     tokenizer_sha256: str
+    workers: int = 1  # ONNX runs at once (one per core)
+
+
+_POOL: Any = None
+_POOL_LOCK = threading.Lock()
+
+
+def _run_pool(workers: int) -> Any:
+    """One process-wide pool of inference threads (created on first use)."""
+    global _POOL
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="project-history-onnx")
+        return _POOL
 
 
 _LOCAL_MODELS: dict[tuple[str, int, int], _LocalModel] = {}
 _LOCAL_LOCK = threading.Lock()
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _local_files(model_path: str) -> tuple[Path, Path, Path]:
@@ -524,11 +548,11 @@ def _load_local(model_path: str) -> _LocalModel:
             tokenizer.no_padding()  # padded per batch below, to the batch's own longest text
             tokenizer.enable_truncation(max_length=max_length)
             options = onnxruntime.SessionOptions()
-            options.intra_op_num_threads = os.cpu_count() or 2
+            # One thread per run, and as many runs at once as there are cores (see _embed): on
+            # MiniLM's small matrices, splitting one run over threads gained little and spinning
+            # threads lost ~40 % whenever another process had a core; separate runs scale.
+            options.intra_op_num_threads = 1
             options.inter_op_num_threads = 1
-            # Idle threads sleep instead of spinning: on a machine whose cores are busy with other
-            # work (Hermes itself, a build), spinning threads made inference ~40 % slower than one
-            # thread; sleeping ones match one thread there and still use every core when idle.
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             options.log_severity_level = 3  # int8 models warn about unused initialisers otherwise
             session = onnxruntime.InferenceSession(
@@ -565,6 +589,7 @@ def _load_local(model_path: str) -> _LocalModel:
             pad_id=pad_id,
             model_sha256=_file_sha256(model_file),
             tokenizer_sha256=_file_sha256(tokenizer_file),
+            workers=_cores(),
         )
         _LOCAL_MODELS[key] = loaded
         return loaded
@@ -615,13 +640,14 @@ class LocalOnnxEmbedder(_Counters):
         try:
             encodings = model.tokenizer.encode_batch(texts)
             order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
-            size = max(1, min(self._settings.batch_size, LOCAL_MAX_BATCH))
-            out = np.empty((0, 0), dtype=np.float32)
-            for start in range(0, len(order), size):
-                rows = order[start : start + size]
-                vectors = self._run([encodings[i] for i in rows])
-                if start == 0:
-                    out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
+            runs = [order[i : i + LOCAL_RUN_BATCH] for i in range(0, len(order), LOCAL_RUN_BATCH)]
+            work = [[encodings[i] for i in rows] for rows in runs]
+            if len(runs) > 1 and model.workers > 1:  # onnxruntime runs without the GIL: all cores
+                results = list(_run_pool(model.workers).map(self._run, work))
+            else:
+                results = [self._run(batch) for batch in work]
+            out = np.empty((len(texts), results[0].shape[1]), dtype=np.float32)
+            for rows, vectors in zip(runs, results, strict=True):
                 out[rows] = vectors
         except Exception as exc:
             raise EmbeddingUnavailable(

@@ -234,10 +234,14 @@ class IndexStore:
     A store opened read-only on a missing file is empty: every read returns nothing.
     """
 
-    def __init__(self, path: Path, conn: sqlite3.Connection | None, writable: bool) -> None:
+    def __init__(
+        self, path: Path, conn: sqlite3.Connection | None, writable: bool, outdated: bool = False
+    ) -> None:
         self.path = path
         self.conn = conn
         self.writable = writable
+        #: Opened read-only on an older schema: nothing is read until an indexer migrates it.
+        self.outdated = outdated
 
     @classmethod
     def open_readonly(cls, path: Path, busy_seconds: float = READ_BUSY_SECONDS) -> IndexStore:
@@ -251,7 +255,7 @@ class IndexStore:
         try:
             if _stored_version(conn, path) < SCHEMA_VERSION:
                 conn.close()  # the next indexer migrates it; until then there is nothing to read
-                return cls(path, None, writable=False)
+                return cls(path, None, writable=False, outdated=True)
         except BaseException:
             conn.close()
             raise

@@ -389,6 +389,11 @@ def _bring_up_to_date(
     if BACKGROUND.running(env, fingerprint, session_ids):
         return IndexStore.open_readonly(env.index_path), "indexing", None
     store = IndexStore.open_readonly(env.index_path)
+    if store.outdated:
+        # Migrating converts every stored vector (seconds on a large index): never on a search's
+        # path. The background indexer migrates, then checks; meanwhile keyword results stand.
+        BACKGROUND.start(env, scope.identity, session_ids, embedder)
+        return store, "indexing", None
     try:
         plan = plan_check(db, store, session_ids, fingerprint, framing)
     except BaseException:
@@ -438,6 +443,12 @@ def _status_without_work(
     framing: Framing,
     session_ids: Sequence[str],
 ) -> str:
+    if store.outdated:
+        return (
+            "indexing"
+            if BACKGROUND.running(env, fingerprint, session_ids) or indexer_busy(env.data_dir)
+            else "partial"
+        )
     plan = plan_check(db, store, session_ids, fingerprint, framing)
     unchecked = list(plan.after)
     if not unchecked or db.live_message_ids(unchecked) <= store.indexed_message_ids(fingerprint, unchecked):

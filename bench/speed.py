@@ -9,17 +9,21 @@ of 10k, 100k and 300k messages (one chunk each). Sessions are made with Hermes's
 the messages go in with one ``executemany`` on ``state.db``'s own ``messages`` table (Hermes's FTS
 triggers fill both FTS indexes as usual), because ``SessionDB.append_message`` commits one
 transaction per message (its rate is measured on a sample and printed). The vectors are random
-384-dimensional unit vectors written with ``store.write_chunks`` under the real MiniLM model's
-fingerprint and the right content hashes, so the plugin takes them as a complete index and a
-full ``run_search`` works. Each size is measured in a fresh process: *cold* is the first query of
-the process (vectors read from embeddings.db into the matrix), then with the matrix cache cleared;
-*warm* is a query against the cached matrix; both through ``semantic.scope_matrix`` +
-``semantic.top_messages``, plus a full ``search.run_search`` (scope, index check, query
-embedding, keyword path, fusion). Peak memory: ru_maxrss growth over the cold load and the
-tracemalloc peak of one cold load.
+384-dimensional unit vectors written with the plugin's ``IndexStore.write_chunks`` under the real
+MiniLM model's fingerprint for exactly the chunks and content hashes ``pending_chunks`` asks for;
+then ``index_scope`` runs once per project, as ``hermes project-history index`` would (watermarks,
+matrix file), so the plugin takes them as a complete index and a full ``run_search`` works.
 
-Indexing overhead: ``semantic.build_index`` over LoCoMo sessions holding about 2,000 messages with
-a real model, against the provider's own time (``embedder.provider_seconds``).
+Each size is measured in a fresh process: *cold* is the first query of the process (the project's
+matrix file mapped and the mask built, ``semantic.MATRICES.matrix``, plus ``top_messages``), then
+with the in-process cache cleared; *warm* is a query against the cached matrix; both through the
+plugin's functions, plus a full ``search.run_search`` (scope, index check, query embedding,
+keyword path, fusion). Memory: ru_maxrss growth over the cold load and the tracemalloc peak of
+one cold load (a mapped file is not a Python allocation: tracemalloc sees the masks only).
+
+Indexing overhead: ``indexer.build_index`` over LoCoMo sessions holding about 2,000 messages with a
+real model, against the provider's own time (``embedder.provider_seconds``). bench/scale.py has
+the realistic home (50 projects, 300k messages) and the comparisons with bare references.
 """
 
 from __future__ import annotations
@@ -39,9 +43,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import locomo
 import models_setup
+import scale
 import world
 
-SPEED_VERSION = 2  # 2: hashes from the plugin's own pending_chunks (context framing)
+SPEED_VERSION = 3  # 3: the module API (IndexStore, HermesDB, index_scope), float16 vectors
 HOME_KEY = f"speed-v{SPEED_VERSION}"
 DIM = 384
 WORDS = [f"w{i:04d}" for i in range(5000)]
@@ -79,8 +84,6 @@ def build_speed_home(sizes: list[int], per_session: int, seed: int = 7) -> dict:
         if manifest.get("sizes") == sizes and manifest.get("per_session") == per_session:
             return manifest
     import shutil
-
-    import numpy as np
 
     if root.exists():
         shutil.rmtree(root)
@@ -145,37 +148,45 @@ def build_speed_home(sizes: list[int], per_session: int, seed: int = 7) -> dict:
     manifest["timings"]["bulk_messages_s"] = time.perf_counter() - t0
     manifest["timings"]["sessions_via_sessiondb_s"] = session_seconds
     world.harness.enable_plugin(home)
-
-    # Vectors: random unit vectors under the real MiniLM fingerprint, for exactly the chunks (and
-    # content hashes) the plugin's own pending_chunks asks for, so it sees a complete index.
-    plugin = world.activate(home)
-    settings = world.configure(plugin, models_setup.base_embedding("minilm"))
-    store, semantic = world.module("store"), world.module("semantic")
-    embedder = world.module("embedders").make_embedder(settings.embedding, None)
-    vrng = np.random.default_rng(seed)
-    t0 = time.perf_counter()
-    econn = store.connect_embeddings()
-    with store.reading(store.state_db_path()) as sconn:
-        schema = store.detect_schema(sconn)
-        for size in sizes:
-            ids = manifest["projects"][str(size)]["sessions"]
-            todo = semantic.pending_chunks(
-                sconn, schema, econn, ids, embedder.fingerprint, settings.embedding
-            ).todo
-            for start in range(0, len(todo), 10_000):
-                batch = todo[start : start + 10_000]
-                vectors = vrng.standard_normal((len(batch), DIM)).astype("<f4")
-                vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-                rows = [
-                    (key[0], key[1], key[2], digest, vector.tobytes())
-                    for (key, _, digest), vector in zip(batch, vectors, strict=True)
-                ]
-                store.write_chunks(econn, embedder.fingerprint, rows)
-    econn.close()
-    manifest["timings"]["write_chunks_s"] = time.perf_counter() - t0
+    manifest_path.write_text(json.dumps(manifest))
+    manifest["timings"].update(child(["--child-vectors"]))
     manifest["timings"]["total_build_s"] = time.perf_counter() - started
     manifest_path.write_text(json.dumps(manifest))
     return manifest
+
+
+def write_vectors(seed: int = 7) -> dict:
+    """In a child: random unit vectors under the real MiniLM fingerprint, for exactly the chunks
+    (and content hashes) the plugin's own pending_chunks asks for; then one index_scope per project."""
+    import numpy as np
+
+    plugin = scale.activate(world.CACHE / HOME_KEY / "home", None)
+    env = scale.configure(plugin)
+    embedder = plugin.embedders.make_embedder(env.settings.embedding, None)
+    framing = plugin.indexer.Framing.of(env.settings.embedding, embedder)
+    vrng = np.random.default_rng(seed)
+    t0 = time.perf_counter()
+    with plugin.hermes_db.HermesDB.open(env) as db:
+        groups = plugin.scope.ProjectMap(db).groups()
+        with (
+            plugin.index_db.indexer_lock(env.data_dir),
+            plugin.index_db.IndexStore.open_writable(env.index_path) as store,
+        ):
+            for group in groups:
+                todo = plugin.indexer.pending_chunks(
+                    db, store, group["session_ids"], embedder.fingerprint, framing
+                ).todo
+                for start in range(0, len(todo), 10_000):
+                    batch = todo[start : start + 10_000]
+                    vectors = vrng.standard_normal((len(batch), DIM)).astype(np.float32)
+                    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+                    scale.write_vectors(plugin, store, embedder.fingerprint, batch, vectors)
+    write_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for group in groups:
+        written, complete = plugin.indexer.index_scope(env, group["identity"], group["session_ids"], embedder)
+        assert complete and written == 0, (written, complete)
+    return {"write_chunks_s": write_s, "first_pass_s": time.perf_counter() - t0}
 
 
 # --------------------------------------------------------------------------- one size, fresh process
@@ -190,34 +201,31 @@ def measure_size(size: int, repeats: int) -> dict:
 
     manifest = json.loads((world.CACHE / HOME_KEY / "world.json").read_text())
     project = manifest["projects"][str(size)]
-    home = world.CACHE / HOME_KEY / "home"
-    plugin = world.activate(home)
-    settings = world.configure(plugin, models_setup.base_embedding("minilm"))
-    store, semantic, search = (world.module(n) for n in ("store", "semantic", "search"))
-    embedder = world.module("embedders").make_embedder(settings.embedding, None)
+    plugin = scale.activate(world.CACHE / HOME_KEY / "home", None)
+    env = plugin.hermes_env.HermesEnv.current()
+    semantic, search = plugin.semantic, plugin.search
+    embedder = plugin.embedders.make_embedder(env.settings.embedding, None)
     query_vectors = [embedder.embed_query(q) for q in QUERIES]
     t0 = time.perf_counter()
     for q in QUERIES:
         embedder.embed_query(q)
     embed_ms = 1000 * (time.perf_counter() - t0) / len(QUERIES)
-    top_k = settings.embedding.top_k
+    top_k = env.settings.embedding.top_k
     out: dict = {"size": size, "top_k": top_k, "query_embedding_ms": embed_ms}
 
     def semantic_path(vector) -> tuple[float, float, float, float]:
-        """(scope_matrix, top_messages, total, resolve_scope) seconds, via the plugin's functions."""
+        """(matrix, top_messages, total, resolve_scope) seconds, via the plugin's functions."""
         started = time.perf_counter()
-        with store.reading(store.state_db_path()) as conn:
-            schema = store.detect_schema(conn)
+        with plugin.hermes_db.HermesDB.open(env) as db:
             t0 = time.perf_counter()
-            scope = search.resolve_scope(conn, schema, project["fresh"])
+            scope = plugin.scope.ProjectMap(db).resolve_scope(project["fresh"])
             t_scope = time.perf_counter() - t0
-            econn = store.connect_embeddings()
-            try:
+            with plugin.index_db.IndexStore.open_readonly(env.index_path) as store:
                 t1 = time.perf_counter()
-                matrix = semantic.scope_matrix(conn, schema, econn, embedder.fingerprint, scope.session_ids)
+                matrix = semantic.MATRICES.matrix(
+                    db, store, embedder.fingerprint, scope.session_ids, semantic.scope_file_key(scope)
+                )
                 t2 = time.perf_counter()
-            finally:
-                econn.close()
             hits = semantic.top_messages(matrix, vector, top_k)
             t3 = time.perf_counter()
         assert len(matrix) == size and hits, (len(matrix), size)
@@ -226,43 +234,42 @@ def measure_size(size: int, repeats: int) -> dict:
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     load, top, total, _ = semantic_path(query_vectors[0])  # first query of the process
     rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    out["cold_first_ms"] = {"scope_matrix": 1000 * load, "top_messages": 1000 * top, "total": 1000 * total}
+    out["cold_first_ms"] = {"matrix": 1000 * load, "top_messages": 1000 * top, "total": 1000 * total}
     out["rss_growth_mib"] = mib(rss1 - rss0)
     out["matrix_mib"] = size * DIM * 4 / 2**20
 
     colds = []
     for i in range(repeats):
-        semantic._matrix_cache.clear()
+        semantic.MATRICES.clear()
         colds.append(semantic_path(query_vectors[i % len(query_vectors)]))
     out["cold_cleared_ms"] = {
-        "scope_matrix": _median_ms([c[0] for c in colds]),
+        "matrix": _median_ms([c[0] for c in colds]),
         "top_messages": _median_ms([c[1] for c in colds]),
         "total": _median_ms([c[2] for c in colds]),
     }
     warms = [semantic_path(query_vectors[i % len(query_vectors)]) for i in range(repeats * 2)]
     out["warm_ms"] = {
-        "scope_matrix (freshness check)": _median_ms([w[0] for w in warms]),
+        "matrix (freshness check)": _median_ms([w[0] for w in warms]),
         "top_messages": _median_ms([w[1] for w in warms]),
         "total": _median_ms([w[2] for w in warms]),
         "resolve_scope": _median_ms([w[3] for w in warms]),
     }
 
-    semantic._matrix_cache.clear()
+    semantic.MATRICES.clear()
     tracemalloc.start()
     semantic_path(query_vectors[0])
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     out["tracemalloc_peak_cold_mib"] = peak / 2**20
 
-    # The incremental index check a search runs first: the first one in a process reads every
-    # message and stored hash of the scope; later ones only what is newer than the watermark.
-    scope_ids = None
-    with store.reading(store.state_db_path()) as conn:
-        scope_ids = search.resolve_scope(conn, store.detect_schema(conn), project["fresh"]).session_ids
+    # The index check a search runs first, nothing new: first of the process (watermarks read
+    # from embeddings.db) and later ones.
+    with plugin.hermes_db.HermesDB.open(env) as db:
+        scope = plugin.scope.ProjectMap(db).resolve_scope(project["fresh"])
     checks = []
     for _ in range(3):
         started = time.perf_counter()
-        written, complete = semantic.build_index(scope_ids, settings, embedder)
+        written, complete = plugin.indexer.index_scope(env, scope.identity, scope.session_ids, embedder)
         checks.append(time.perf_counter() - started)
         assert complete and written == 0, (written, complete)
     out["index_check_first_ms"] = 1000 * checks[0]
@@ -291,29 +298,35 @@ def measure_index(model: str, messages_wanted: int) -> dict:
     built = world.build_home("speed-index", conversations)
     args = argparse.Namespace(model=model, **dict.fromkeys(models_setup.TUNABLES), fusion="message")
     with models_setup.embedding_config(args) as (_, embedding):
-        plugin = world.activate(built.home)
-        settings = world.configure(plugin, embedding)
-        store, semantic = world.module("store"), world.module("semantic")
-        store.purge_embeddings()
-        semantic._matrix_cache.clear()
+        plugin = scale.activate(built.home, None)
+        env = scale.configure(plugin, embedding)
+        plugin.index_db.purge(env.index_path)
+        plugin.semantic.MATRICES.clear()
         chosen, count = [], 0
-        with store.reading(store.state_db_path()) as conn:
+        with plugin.hermes_db.HermesDB.open(env) as db:
             for sid in built.sessions:
                 if count >= messages_wanted:
                     break
                 chosen.append(sid)
-                count += conn.execute(
-                    "SELECT count(*) FROM messages WHERE session_id = ?", (sid,)
-                ).fetchone()[0]
-        embedder = world.module("embedders").make_embedder(settings.embedding, store.read_api_key())
+                count += len(db.live_messages([sid]))
+        embedder = plugin.embedders.make_embedder(env.settings.embedding, env.api_key())
         embedder.embed_query("warm up the model")  # model load is not indexing
+
+        def build() -> tuple[int, bool]:
+            with (
+                plugin.index_db.indexer_lock(env.data_dir),
+                plugin.hermes_db.HermesDB.open(env) as db,
+                plugin.index_db.IndexStore.open_writable(env.index_path) as store,
+            ):
+                return plugin.indexer.build_index(db, store, chosen, env.settings.embedding, embedder)
+
         before = embedder.provider_seconds
         started = time.perf_counter()
-        written, complete = semantic.build_index(chosen, settings, embedder)
+        written, complete = build()
         total = time.perf_counter() - started
         provider = embedder.provider_seconds - before
         again_started = time.perf_counter()
-        rewritten, _ = semantic.build_index(chosen, settings, embedder)
+        rewritten, _ = build()
         again = time.perf_counter() - again_started
     return {
         "model": model,
@@ -326,6 +339,7 @@ def measure_index(model: str, messages_wanted: int) -> dict:
         "overhead_s": total - provider,
         "second_run_s": again,
         "second_run_chunks": rewritten,
+        "texts_per_s": written / total if total else float("nan"),
     }
 
 
@@ -333,11 +347,11 @@ def measure_index(model: str, messages_wanted: int) -> dict:
 
 
 def child(argv: list[str]) -> dict:
-    return json.loads(
-        subprocess.run(
-            [sys.executable, __file__, *argv], check=True, capture_output=True, text=True, env=os.environ
-        ).stdout.splitlines()[-1]
-    )
+    done = subprocess.run([sys.executable, __file__, *argv], capture_output=True, text=True, env=os.environ)
+    if done.returncode:
+        sys.stderr.write(done.stdout[-4000:] + done.stderr[-8000:])
+        raise SystemExit(f"child {argv} failed")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -354,6 +368,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--child-size", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--child-index", help=argparse.SUPPRESS)
+    parser.add_argument("--child-vectors", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.child_size:
@@ -361,6 +376,9 @@ def main() -> None:
         return
     if args.child_index:
         print(json.dumps(measure_index(args.child_index, args.index_messages)))
+        return
+    if args.child_vectors:
+        print(json.dumps(write_vectors()))
         return
 
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -371,8 +389,9 @@ def main() -> None:
         print(
             f"synthetic home built in {t['total_build_s']:.0f}s, cached under .cache/bench/{HOME_KEY} "
             f"(sessions via SessionDB {t['sessions_via_sessiondb_s']:.1f}s, bulk messages "
-            f"{t['bulk_messages_s']:.1f}s, vectors via store.write_chunks {t['write_chunks_s']:.1f}s; "
-            f"SessionDB.append_message costs {t['append_message_per_message_ms']:.2f} ms/message, "
+            f"{t['bulk_messages_s']:.1f}s, vectors via IndexStore.write_chunks {t['write_chunks_s']:.1f}s, "
+            f"first index_scope pass {t['first_pass_s']:.1f}s; SessionDB.append_message costs "
+            f"{t['append_message_per_message_ms']:.2f} ms/message, "
             f"{t['append_message_extrapolated_s']:.0f}s for all {sum(sizes)} messages)"
         )
         report["build"] = t
@@ -380,7 +399,7 @@ def main() -> None:
         report["query"] = rows
         print()
         print(
-            "| in-scope chunks | cold first query ms (load / top-k) | cold, cache cleared ms | "
+            "| in-scope chunks | cold first query ms (matrix / top-k) | cold, cache cleared ms | "
             "warm ms (resolve_scope / freshness / top-k) | index check ms, first / later | "
             "run_search semantic ms | run_search hybrid ms | "
             "query embedding ms | matrix MiB | RSS growth, cold MiB | tracemalloc peak, cold MiB |"
@@ -389,9 +408,9 @@ def main() -> None:
         for r in rows:
             c, cc, w = r["cold_first_ms"], r["cold_cleared_ms"], r["warm_ms"]
             print(
-                f"| {r['size']:,} | {c['total']:.0f} ({c['scope_matrix']:.0f} / {c['top_messages']:.1f}) "
+                f"| {r['size']:,} | {c['total']:.0f} ({c['matrix']:.0f} / {c['top_messages']:.1f}) "
                 f"| {cc['total']:.0f} | {w['total']:.1f} ({w['resolve_scope']:.1f} / "
-                f"{w['scope_matrix (freshness check)']:.1f} / "
+                f"{w['matrix (freshness check)']:.1f} / "
                 f"{w['top_messages']:.1f}) | {r['index_check_first_ms']:.0f} / "
                 f"{r['index_check_warm_ms']:.1f} "
                 f"| {r['run_search_semantic_ms']:.0f} | "
@@ -405,13 +424,16 @@ def main() -> None:
         ]
         report["index"] = rows
         print()
-        print("| model | messages | chunks | build_index s | provider s | ratio | overhead s | 2nd run s |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        print(
+            "| model | messages | chunks | build_index s | provider s | ratio | overhead s | texts/s "
+            "| 2nd run s |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for r in rows:
             print(
                 f"| {r['model']} | {r['messages']} | {r['chunks']} | {r['build_index_s']:.1f} | "
                 f"{r['provider_s']:.1f} | {r['ratio']:.3f} | {r['overhead_s']:.2f} | "
-                f"{r['second_run_s']:.2f} |"
+                f"{r['texts_per_s']:.1f} | {r['second_run_s']:.2f} |"
             )
     print(f"\nload average at start: {report['load_average']}")
     if args.json:

@@ -220,6 +220,11 @@ def test_a_version_1_index_is_migrated_in_place_and_reused(project, swappable, p
         conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     fresh_process(plugin)
     swappable.reset()
+    # Converting every vector is the background indexer's work, never a search's: keyword meanwhile.
+    first = project.search(project.current, "invoice export", mode="semantic", limit=1)
+    assert first["semantic_status"] == "indexing" and first["semantic_fallback"] == "keyword"
+    assert session_ids(first) == [project.invoices]
+    plugin.indexer.BACKGROUND.wait()
     result = project.search(project.current, KEYWORD_MISS, mode="semantic", limit=1)
     assert result["semantic_status"] == "ready"
     assert session_ids(result) == [project.expiry]
