@@ -370,7 +370,7 @@ class HermesDB:
                     )
                     if len(kept) >= scan_limit or (enough_groups and len(groups) >= enough_groups):
                         return self._with_content(kept)
-                if len(rows) < page:
+                if page < 0 or len(rows) < page:  # the rest was read in one go, or nothing is left
                     return self._with_content(kept)
                 offset, page = offset + page, -1  # the rest in one go: the sort is paid already
         finally:

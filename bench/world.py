@@ -28,7 +28,9 @@ sys.path.insert(0, str(REPO / "bench"))
 import harness  # noqa: E402  (sets HERMES_HOME for a throwaway boot home; activate() repoints it)
 import locomo  # noqa: E402
 
-CACHE = REPO / ".cache" / "bench"
+# PHR_BENCH_CACHE: a private cache when several worktrees share .cache (each run reinstalls its
+# own plugin copy and config into the home, so two worktrees must not share one home at a time).
+CACHE = Path(os.environ.get("PHR_BENCH_CACHE") or REPO / ".cache" / "bench")
 PLUGIN_KEY = harness.PLUGIN_KEY
 WORLD_VERSION = 1  # bump when the way the home is built changes
 

@@ -837,3 +837,16 @@ def test_a_date_in_the_query_brings_that_days_sessions_first(world):
     assert session_ids(world.search(now, "cache migration on 3 March 2025")) == [that_day, other_day]
     assert session_ids(world.search(now, "cache migration in March 2025")) == [that_day, other_day]
     assert session_ids(world.search(now, "cache migration 2025-04-20")) == [other_day, that_day]
+
+
+def test_fts_reading_past_the_first_page_ends(world, plugin, hermes_db):
+    # More than a page of matches outside the scope, too few inside to fill scan_limit: the second
+    # read takes the rest in one go and must be the last (it once looped, re-reading forever).
+    alpha, beta = world.folder("alpha"), world.folder("beta")
+    world.project("Alpha", alpha)
+    world.project("Beta", beta)
+    mine = world.session(alpha, [("user", "heron"), ("assistant", "a heron again")])
+    world.session(beta, [("user", f"heron number {i}") for i in range(1200)])
+    with hermes_db.HermesDB.open(plugin.hermes_env.HermesEnv.current()) as db:
+        rows = db.fts_messages("messages_fts", '"heron"', {mine: mine}, 300, per_session=10)
+    assert sorted(row["session_id"] for row in rows) == [mine, mine]
