@@ -71,19 +71,19 @@ def select(conversations: list[locomo.Conversation], split: str, limit: int) -> 
 
 
 def build_index(plugin, built: world.Built, settings) -> dict:
-    """Index every project through ``semantic.build_index``; timing and provider time."""
-    store, semantic, search = (world.module(n) for n in ("store", "semantic", "search"))
-    embedder = world.module("embedders").make_embedder(settings.embedding, store.read_api_key())
+    """Index every project through ``indexer.index_scope`` (as ``hermes project-history index``
+    does); timing and provider time."""
+    env = world.module("hermes_env").HermesEnv.current()
+    hermes_db, indexer, scope = (world.module(n) for n in ("hermes_db", "indexer", "scope"))
+    embedder = world.module("embedders").make_embedder(settings.embedding, env.api_key())
     before_seconds, before_texts = embedder.provider_seconds, embedder.texts_embedded
     started = time.perf_counter()
     written = 0
-    scopes = {}
-    with store.reading(store.state_db_path()) as conn:
-        schema = store.detect_schema(conn)
-        for conv, fresh in built.fresh.items():
-            scopes[conv] = search.resolve_scope(conn, schema, fresh).session_ids
-    for ids in scopes.values():
-        n, complete = semantic.build_index(ids, settings, embedder)
+    with hermes_db.HermesDB.open(env) as db:
+        project_map = scope.ProjectMap(db)
+        scopes = [project_map.resolve_scope(fresh, "") for fresh in built.fresh.values()]
+    for found in scopes:
+        n, complete = indexer.index_scope(env, found.identity, found.session_ids, embedder)
         assert complete, "index incomplete"
         written += n
     return {
