@@ -388,32 +388,27 @@ class HermesDB:
             row["content"] = by_id.get(row["message_id"])
         return rows
 
-    def adjacent_messages(self, message_ids: Iterable[int]) -> dict[int, tuple[int | None, int | None]]:
-        """For each message, the live user/assistant messages just before and after it in its session.
+    def previous_messages(self, message_ids: Iterable[int]) -> dict[int, int | None]:
+        """For each message, the live user/assistant message just before it in its session (or None).
 
-        Tool rows and hidden rows in between are skipped. Each side is one descent of Hermes's
-        ``(session_id, timestamp)`` index that stops at the first conversational row, so the cost
-        does not grow with the session's length.
+        Tool rows and hidden rows in between are skipped. One descent of Hermes's
+        ``(session_id, timestamp)`` index per message that stops at the first conversational row,
+        so the cost does not grow with the session's length.
         """
         ids = list(message_ids)
         if not ids:
             return {}
-        side = """
-            SELECT m.id FROM messages m
-            WHERE m.session_id = h.session_id AND m.timestamp {cmp} h.timestamp
-              AND NOT (m.timestamp = h.timestamp AND m.id {not_id} h.id)
-              AND m.role IN ('user', 'assistant') AND {live}
-            ORDER BY m.timestamp {order}, m.id {order} LIMIT 1
-        """
-        live = self.schema.live_message_sql
-        before = side.format(cmp="<=", not_id=">=", order="DESC", live=live)
-        after = side.format(cmp=">=", not_id="<=", order="ASC", live=live)
         sql = f"""
-            SELECT h.id, ({before}) AS before_id, ({after}) AS after_id
+            SELECT h.id, (
+                SELECT m.id FROM messages m
+                WHERE m.session_id = h.session_id AND m.timestamp <= h.timestamp
+                  AND NOT (m.timestamp = h.timestamp AND m.id >= h.id)
+                  AND m.role IN ('user', 'assistant') AND {self.schema.live_message_sql}
+                ORDER BY m.timestamp DESC, m.id DESC LIMIT 1
+            ) AS previous_id
             FROM messages h WHERE h.id IN (SELECT value FROM json_each(?))
         """
-        rows = self.conn.execute(sql, (json.dumps(ids),)).fetchall()
-        return {row[0]: (row[1], row[2]) for row in rows}
+        return {row[0]: row[1] for row in self.conn.execute(sql, (json.dumps(ids),)).fetchall()}
 
     def sessions_active_between(
         self, session_ids: Iterable[str], windows: Sequence[tuple[float, float]]

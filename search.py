@@ -336,14 +336,14 @@ def with_neighbours(db: HermesDB, rows: Sequence[dict[str, Any]]) -> list[dict[s
     if not rows or any("rank" not in row for row in rows):
         return list(rows)
     strength = {row["message_id"]: -float(row["rank"]) for row in rows}  # FTS5 bm25: lower is better
-    around = db.adjacent_messages(strength)
-    scored = []
-    for row in rows:
-        before, after = around.get(row["message_id"], (None, None))
-        score = strength[row["message_id"]] + NEIGHBOUR_WEIGHT * (
-            strength.get(before, 0.0) + strength.get(after, 0.0)
-        )
-        scored.append({**row, "score": score})
+    score = dict(strength)
+    # Two matching messages are neighbours when one is the other's predecessor: asking each hit
+    # for its predecessor finds every matching pair once (one index descent per hit).
+    for message_id, previous in db.previous_messages(strength).items():
+        if previous in strength:
+            score[message_id] += NEIGHBOUR_WEIGHT * strength[previous]
+            score[previous] += NEIGHBOUR_WEIGHT * strength[message_id]
+    scored = [{**row, "score": score[row["message_id"]]} for row in rows]
     scored.sort(key=lambda row: (-row["score"], row["rank"], row["message_id"]))
     return scored
 
