@@ -7,8 +7,11 @@ Fusion settings do not change what the keyword path or the index return, so each
 keyword messages, query vector and in-scope vector matrix are computed once, through the loaded
 plugin's own functions (``search.keyword_messages``, ``semantic.scope_matrix``,
 ``semantic.top_messages``, ``search.fuse_*``, ``search.best_per_session``), and every
-setting is a cheap recombination of them. ``--verify`` replays one setting through the tool
-dispatcher and checks the rankings are identical, so the sweep stands for the real path.
+setting is a cheap recombination of them. It scores the fusion alone: issue 11's date promotion,
+relevance floor and clear-keyword-winner rule (``search.run_search``) are not applied, so its
+figures sit below ``quality.py``'s and ``--verify`` can disagree. ``--verify`` replays one
+setting through the tool dispatcher and checks the rankings are identical, so the sweep stands
+for the real path.
 
 Settings are chosen on the tune split (conv-26/30/41) and reported on the held-out check split
 (conv-42/43) and on all questions. Two fusions are scored (``bench/prototypes.py``): ``message``,
