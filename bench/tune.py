@@ -5,7 +5,7 @@
 
 Fusion settings do not change what the keyword path or the index return, so each question's
 keyword messages, query vector and in-scope vector matrix are computed once, through the loaded
-plugin's own functions (``search.keyword_messages``, ``semantic.scope_matrix``,
+plugin's own functions (``search.keyword_messages``, ``semantic.MATRICES.matrix``,
 ``semantic.top_messages``, ``search.fuse_*``, ``search.best_per_session``), and every
 setting is a cheap recombination of them. It scores the fusion alone: issue 11's date promotion,
 relevance floor and clear-keyword-winner rule (``search.run_search``) are not applied, so its
