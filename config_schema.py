@@ -39,8 +39,12 @@ class EmbeddingSettings:
     enabled: bool = False
     # Fusion (spec §十一 leaves these to measurement; bench/README.md has the tables behind the values).
     rrf_k: int = 5
-    keyword_weight: float = 2.5
+    keyword_weight: float = 3.0
     semantic_weight: float = 1.0
+    # Hybrid answers nothing when no result has strong evidence (search.has_evidence): the
+    # semantic side's minimum lift; -1 = the value measured for the model (RELEVANCE_FLOOR_BY_MODEL),
+    # 0 = no floor.
+    relevance_floor: float = -1.0
     # Provider details.
     model_path: str = ""  # local: folder with model.onnx and tokenizer.json
     query_prefix: str = ""  # asymmetric models, e.g. "query: " for e5
@@ -76,6 +80,11 @@ _RULES: dict[str, tuple[type, Any, str]] = {
     "rrf_k": (int, lambda v: 0 <= v <= 1000, "an integer from 0 to 1000"),
     "keyword_weight": (float, lambda v: 0 <= v <= 100, "a number from 0 to 100"),
     "semantic_weight": (float, lambda v: 0 <= v <= 100, "a number from 0 to 100"),
+    "relevance_floor": (
+        float,
+        lambda v: v == -1 or 0 <= v <= 1,
+        "-1 (per model), 0 (off) or a number up to 1",
+    ),
     "model_path": (str, lambda v: True, "a folder path"),
     "query_prefix": (str, lambda v: len(v) <= 200, "a string of at most 200 characters"),
     "document_prefix": (str, lambda v: len(v) <= 200, "a string of at most 200 characters"),
@@ -88,6 +97,21 @@ _RULES: dict[str, tuple[type, Any, str]] = {
 }
 
 EMBEDDING_KEYS = tuple(f.name for f in fields(EmbeddingSettings))
+
+# relevance_floor measured on LoCoMo (docs/quality.md): the lift below which a question asked in
+# the wrong project is told "nothing" while recall in the right project holds (any@5 -0.001).
+# Models whose similarities spread wider need a higher floor; unknown models get the lowest
+# measured value, which suppresses least.
+RELEVANCE_FLOOR_BY_MODEL = (("minilm", 0.28), ("e5", 0.22))
+DEFAULT_RELEVANCE_FLOOR = 0.22
+
+
+def relevance_floor(embedding: EmbeddingSettings) -> float:
+    """The semantic lift hybrid search requires when no keyword hit is strong (0: no floor)."""
+    if embedding.relevance_floor >= 0:
+        return embedding.relevance_floor
+    name = embedding.model.casefold()
+    return next((floor for key, floor in RELEVANCE_FLOOR_BY_MODEL if key in name), DEFAULT_RELEVANCE_FLOOR)
 
 
 def _coerce(value: Any, kind: type) -> Any:

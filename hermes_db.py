@@ -319,17 +319,18 @@ class HermesDB:
         in_scope: Mapping[str, str],
         scan_limit: int,
         enough_groups: int | None = None,
+        per_session: int = PER_SESSION_SCAN,
     ) -> list[dict]:
         """Live user/assistant messages of the sessions in ``in_scope`` matching ``match``, best
         bm25 first.
 
         One FTS query, as Hermes's own ``search_messages`` runs it (no scope in the SQL, no window
         functions): rows stream in rank order and are kept when their session is in scope, at most
-        :data:`PER_SESSION_SCAN` per session (one conversation repeating a word hundreds of times
-        cannot fill ``scan_limit`` and hide every other one). ``in_scope`` maps each session to its
-        conversation; with ``enough_groups`` reading stops once that many conversations have a
-        message, since nothing read later can rank above them. Contents are read for the kept rows
-        only, so the sort never carries message bodies.
+        ``per_session`` (default :data:`PER_SESSION_SCAN`) per session (one conversation repeating
+        a word hundreds of times cannot fill ``scan_limit`` and hide every other one). ``in_scope``
+        maps each session to its conversation; with ``enough_groups`` reading stops once that many
+        conversations have a message, since nothing read later can rank above them. Contents are
+        read for the kept rows only, so the sort never carries message bodies.
         """
         if table == "messages_fts" and len(self.schema.fts_columns) > 1:
             match = f"{{{self.schema.fts_columns[0]}}} : ({match})"  # upstream also indexes tool columns
@@ -344,7 +345,7 @@ class HermesDB:
             LIMIT ? OFFSET ?
         """
         kept: list[dict[str, Any]] = []
-        per_session: dict[str, int] = {}
+        taken: dict[str, int] = {}
         groups: set[str] = set()
         conn = self.conn
         factory, conn.row_factory = conn.row_factory, None
@@ -354,9 +355,9 @@ class HermesDB:
                 rows = conn.execute(sql, (match, page, offset)).fetchall()
                 for message_id, session_id, role, timestamp, rank in rows:
                     group = in_scope.get(session_id)
-                    if group is None or per_session.get(session_id, 0) >= PER_SESSION_SCAN:
+                    if group is None or taken.get(session_id, 0) >= per_session:
                         continue
-                    per_session[session_id] = per_session.get(session_id, 0) + 1
+                    taken[session_id] = taken.get(session_id, 0) + 1
                     groups.add(group)
                     kept.append(
                         {
@@ -369,7 +370,7 @@ class HermesDB:
                     )
                     if len(kept) >= scan_limit or (enough_groups and len(groups) >= enough_groups):
                         return self._with_content(kept)
-                if len(rows) < page:
+                if page < 0 or len(rows) < page:  # the rest was read in one go, or nothing is left
                     return self._with_content(kept)
                 offset, page = offset + page, -1  # the rest in one go: the sort is paid already
         finally:
@@ -386,6 +387,52 @@ class HermesDB:
         for row in rows:
             row["content"] = by_id.get(row["message_id"])
         return rows
+
+    def previous_messages(self, message_ids: Iterable[int]) -> dict[int, int | None]:
+        """For each message, the live user/assistant message just before it in its session (or None).
+
+        Tool rows and hidden rows in between are skipped. One descent of Hermes's
+        ``(session_id, timestamp)`` index per message that stops at the first conversational row,
+        so the cost does not grow with the session's length.
+        """
+        ids = list(message_ids)
+        if not ids:
+            return {}
+        sql = f"""
+            SELECT h.id, (
+                SELECT m.id FROM messages m
+                WHERE m.session_id = h.session_id AND m.timestamp <= h.timestamp
+                  AND NOT (m.timestamp = h.timestamp AND m.id >= h.id)
+                  AND m.role IN ('user', 'assistant') AND {self.schema.live_message_sql}
+                ORDER BY m.timestamp DESC, m.id DESC LIMIT 1
+            ) AS previous_id
+            FROM messages h WHERE h.id IN (SELECT value FROM json_each(?))
+        """
+        return {row[0]: row[1] for row in self.conn.execute(sql, (json.dumps(ids),)).fetchall()}
+
+    def sessions_active_between(
+        self, session_ids: Iterable[str], windows: Sequence[tuple[float, float]]
+    ) -> set[str]:
+        """The sessions with a live user/assistant message timestamped inside one of the windows.
+
+        One range seek of Hermes's ``(session_id, timestamp)`` index per session and window.
+        """
+        ids = json.dumps(list(dict.fromkeys(session_ids)))
+        found: set[str] = set()
+        for start, end in windows:
+            rows = self.conn.execute(
+                f"""
+                SELECT wanted.value FROM json_each(?) AS wanted
+                WHERE EXISTS (
+                    SELECT 1 FROM messages m
+                    WHERE m.session_id = wanted.value AND m.timestamp >= ? AND m.timestamp < ?
+                      AND m.role IN ('user', 'assistant') AND {self.schema.live_message_sql}
+                )
+                """,
+                (ids, start, end),
+            ).fetchall()
+            found.update(row[0] for row in rows)
+        return found
 
     def like_messages(
         self,

@@ -223,8 +223,15 @@ class MatrixCache:
 MATRICES = MatrixCache()
 
 
-def top_messages(matrix: ScopeMatrix, query_vector: Any, top_k: int) -> list[tuple[int, str, int, float]]:
-    """(message_id, session_id, chunk_index, cosine) of the best chunk per message, best first."""
+def top_messages(
+    matrix: ScopeMatrix, query_vector: Any, top_k: int, stats: dict[str, float] | None = None
+) -> list[tuple[int, str, int, float]]:
+    """(message_id, session_id, chunk_index, cosine) of the best chunk per message, best first.
+
+    ``stats``, when given, receives ``mean``: the query's mean cosine over every in-scope chunk
+    (from the score vector already computed, in float64: the matrix itself is never copied), and
+    ``count``, how many chunks that is.
+    """
     import numpy as np
 
     if not len(matrix):
@@ -237,6 +244,11 @@ def top_messages(matrix: ScopeMatrix, query_vector: Any, top_k: int) -> list[tup
     # einsum runs on this thread: BLAS's threads stall whenever another process has the other
     # cores (a 3k-row product took 5 ms instead of 0.1 ms on a busy 2-core machine, measured).
     scores = np.einsum("ij,j->i", matrix.matrix.vectors, np.asarray(query_vector, dtype=np.float32))
+    if stats is not None:
+        total = float(scores.sum(dtype=np.float64))
+        if len(matrix.excluded):
+            total -= float(scores[matrix.excluded].sum(dtype=np.float64))
+        stats["mean"], stats["count"] = total / max(len(matrix), 1), float(len(matrix))
     if len(matrix.excluded):
         scores[matrix.excluded] = -np.inf
     k = min(top_k, len(matrix))
@@ -254,6 +266,19 @@ def top_messages(matrix: ScopeMatrix, query_vector: Any, top_k: int) -> list[tup
                 float(scores[row]),
             )
     return list(picked.values())
+
+
+# Below this many in-scope chunks the query's mean similarity is no background to measure a hit
+# against (the hit itself weighs in it): no lift, no relevance floor.
+MIN_BACKGROUND_CHUNKS = 100
+
+
+def hits_with_lift(matrix: ScopeMatrix, query_vector: Any, top_k: int) -> tuple[list, float | None, bool]:
+    """:func:`top_messages` plus the scope's mean cosine, and whether the scope is large enough
+    (:data:`MIN_BACKGROUND_CHUNKS`) for that mean to be a background."""
+    stats: dict[str, float] = {}
+    hits = top_messages(matrix, query_vector, top_k, stats)
+    return hits, stats.get("mean", 0.0), stats.get("count", 0) >= MIN_BACKGROUND_CHUNKS
 
 
 # --------------------------------------------------------------------------- provider cooldown
@@ -335,8 +360,8 @@ def _search(env: HermesEnv, db: HermesDB, scope: Any, query: str, run: bool, bui
             query_vector = embedder.embed_query(query, deadline=time.monotonic() + embedding.timeout_seconds)
             _check_width(store, fingerprint, query_vector)
             matrix = MATRICES.matrix(db, store, fingerprint, session_ids, scope_file_key(scope), None)
-        hits = top_messages(matrix, query_vector, embedding.top_k)
-        return SemanticOutcome(rows=_rows(db, hits), status=status, framing=framing)
+        hits, mean, judged = hits_with_lift(matrix, query_vector, embedding.top_k)
+        return SemanticOutcome(rows=_rows(db, hits, mean, judged), status=status, framing=framing)
     reason = COOLDOWN.active(fingerprint)
     if reason:
         return SemanticOutcome(status="unavailable", error=reason)
@@ -358,8 +383,8 @@ def _search(env: HermesEnv, db: HermesDB, scope: Any, query: str, run: bool, bui
     except EmbeddingUnavailable as error:
         COOLDOWN.start(fingerprint, str(error))
         raise
-    hits = top_messages(matrix, query_vector, embedding.top_k)
-    return SemanticOutcome(rows=_rows(db, hits), status=status, framing=framing)
+    hits, mean, judged = hits_with_lift(matrix, query_vector, embedding.top_k)
+    return SemanticOutcome(rows=_rows(db, hits, mean, judged), status=status, framing=framing)
 
 
 def _check_width(store: IndexStore, fingerprint: str, query_vector: Any) -> None:
@@ -458,11 +483,25 @@ def _status_without_work(
     return "partial"
 
 
-def _rows(db: HermesDB, hits: list[tuple[int, str, int, float]]) -> list[dict[str, Any]]:
-    """The hit messages, each with the index of the chunk the model matched (``matched_chunk``)."""
+def _rows(
+    db: HermesDB,
+    hits: list[tuple[int, str, int, float]],
+    mean: float | None = None,
+    judged: bool = False,
+) -> list[dict[str, Any]]:
+    """The hit messages, each with the index of the chunk the model matched (``matched_chunk``)
+    and its ``lift``: how far the hit lies from the query's mean similarity over the scope towards
+    1. Unlike the raw cosine it has a similar range across models (``search.has_evidence``); None
+    when the scope is too small for its mean to be a background."""
     messages = db.messages_by_id(hit[0] for hit in hits)
+    usable = judged and mean is not None and mean < 1.0
     return [
-        {**messages[message_id], "score": score, "matched_chunk": chunk_index}
+        {
+            **messages[message_id],
+            "score": score,
+            "lift": (score - mean) / (1.0 - mean) if usable else None,
+            "matched_chunk": chunk_index,
+        }
         for message_id, _, chunk_index, score in hits
         if message_id in messages
     ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import os
 import socket
 import subprocess
 import sys
@@ -70,7 +71,7 @@ def cache_key(args: argparse.Namespace) -> str:
 
 
 # Fixed: the endpoint is part of the model fingerprint, so a new port would orphan the cached index.
-E5_PORT = 47615
+E5_PORT = int(os.environ.get("PHR_E5_PORT") or 47615)  # override when another worktree uses it
 
 
 def _port_free(port: int) -> bool:

@@ -45,6 +45,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--limit-questions", type=int, default=0, help="first N questions of each project")
     parser.add_argument("--limit", type=int, default=10, help="sessions asked for per question (max 10)")
+    parser.add_argument(
+        "--offtopic-limit",
+        type=int,
+        default=3,
+        help="off-topic measure: every question also asked from the next conversation's project "
+        "with this limit (the tool's default 3); 0 skips it",
+    )
     parser.add_argument("--rebuild", action="store_true", help="rebuild the cached home and index")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     return parser.parse_args(argv)
@@ -64,19 +71,19 @@ def select(conversations: list[locomo.Conversation], split: str, limit: int) -> 
 
 
 def build_index(plugin, built: world.Built, settings) -> dict:
-    """Index every project through ``semantic.build_index``; timing and provider time."""
-    store, semantic, search = (world.module(n) for n in ("store", "semantic", "search"))
-    embedder = world.module("embedders").make_embedder(settings.embedding, store.read_api_key())
+    """Index every project through ``indexer.index_scope`` (as ``hermes project-history index``
+    does); timing and provider time."""
+    env = world.module("hermes_env").HermesEnv.current()
+    hermes_db, indexer, scope = (world.module(n) for n in ("hermes_db", "indexer", "scope"))
+    embedder = world.module("embedders").make_embedder(settings.embedding, env.api_key())
     before_seconds, before_texts = embedder.provider_seconds, embedder.texts_embedded
     started = time.perf_counter()
     written = 0
-    scopes = {}
-    with store.reading(store.state_db_path()) as conn:
-        schema = store.detect_schema(conn)
-        for conv, fresh in built.fresh.items():
-            scopes[conv] = search.resolve_scope(conn, schema, fresh).session_ids
-    for ids in scopes.values():
-        n, complete = semantic.build_index(ids, settings, embedder)
+    with hermes_db.HermesDB.open(env) as db:
+        project_map = scope.ProjectMap(db)
+        scopes = [project_map.resolve_scope(fresh, "") for fresh in built.fresh.values()]
+    for found in scopes:
+        n, complete = indexer.index_scope(env, found.identity, found.session_ids, embedder)
         assert complete, "index incomplete"
         written += n
     return {
@@ -117,6 +124,45 @@ def ask(built: world.Built, questions: list[locomo.Question], mode: str, limit: 
     return scores, latencies, statuses, per_question
 
 
+def other_project(built: world.Built, conversation: str) -> str:
+    """The conversation whose project an off-topic question is asked in: the next one, cyclically."""
+    order = sorted(built.fresh)
+    return order[(order.index(conversation) + 1) % len(order)]
+
+
+def ask_offtopic(built: world.Built, questions: list[locomo.Question], mode: str, limit: int) -> dict:
+    """Each question asked where it was never discussed: how many results come back anyway.
+
+    Nothing in another LoCoMo conversation answers the question, so every result is noise the
+    agent has to read; the measure is the mean number of results and the share answered with none.
+    """
+    import model_tools
+
+    counts: dict[str, list[int]] = {"all": [], "tune": [], "check": []}
+    for q in questions:
+        where = other_project(built, q.conversation)
+        raw = model_tools.handle_function_call(
+            "project_history_search",
+            {"query": q.text, "mode": mode, "limit": limit},
+            session_id=built.fresh[where],
+        )
+        result = json.loads(raw)
+        if not result.get("success"):
+            raise SystemExit(f"search failed: {result}")
+        n = len(result["results"])
+        split = "tune" if q.conversation in locomo.TUNE_SPLIT else "check"
+        counts["all"].append(n)
+        counts[split].append(n)
+    return {
+        split: {
+            "questions": len(ns),
+            "mean_results": statistics.fmean(ns) if ns else 0.0,
+            "share_none": sum(1 for n in ns if n == 0) / len(ns) if ns else 0.0,
+        }
+        for split, ns in counts.items()
+    }
+
+
 def timing_cells(latencies: list[float]) -> tuple[str, str]:
     ordered = sorted(latencies)
     p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
@@ -137,7 +183,10 @@ def main(argv: list[str] | None = None) -> dict:
         settings = world.configure(plugin, embedding if semantic_wanted else None)
         index = build_index(plugin, built, settings) if semantic_wanted else None
 
-        rows, extra, report = [], {"median ms": [], "p95 ms": [], "semantic_status": []}, {}
+        rows, report = [], {}
+        extra = {"median ms": [], "p95 ms": [], "semantic_status": []}
+        if args.offtopic_limit:
+            extra.update({f"off-topic mean@{args.offtopic_limit}": [], "off-topic none": []})
         by_split: dict[str, dict[str, metrics.Score]] = {}
         for mode in modes:
             scores, latencies, statuses, per_question = ask(built, questions, mode, args.limit)
@@ -148,6 +197,14 @@ def main(argv: list[str] | None = None) -> dict:
             extra["median ms"].append(median)
             extra["p95 ms"].append(p95)
             extra["semantic_status"].append(",".join(f"{k}:{v}" for k, v in sorted(statuses.items())))
+            offtopic = (
+                ask_offtopic(built, questions, mode, args.offtopic_limit) if args.offtopic_limit else None
+            )
+            if offtopic:
+                extra[f"off-topic mean@{args.offtopic_limit}"].append(
+                    f"{offtopic['all']['mean_results']:.2f}"
+                )
+                extra["off-topic none"].append(f"{offtopic['all']['share_none']:.3f}")
             report[mode] = {
                 **score.row(),
                 "leaks": score.leaks,
@@ -156,6 +213,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "p95_ms": float(p95),
                 "statuses": statuses,
                 "ranked": per_question,
+                "offtopic": offtopic,
             }
 
     e = settings.embedding
@@ -185,8 +243,20 @@ def main(argv: list[str] | None = None) -> dict:
             if split != "all":
                 split_rows += [(f"{split} {m}", by_split[m][split]) for m in MODES]
         if split_rows:
+            split_extra = None
+            if args.offtopic_limit:
+                split_extra = {
+                    "off-topic mean": [
+                        f"{report[label.split()[1]]['offtopic'][label.split()[0]]['mean_results']:.2f}"
+                        for label, _ in split_rows
+                    ],
+                    "off-topic none": [
+                        f"{report[label.split()[1]]['offtopic'][label.split()[0]]['share_none']:.3f}"
+                        for label, _ in split_rows
+                    ],
+                }
             print()
-            print(metrics.table(split_rows))
+            print(metrics.table(split_rows, split_extra))
         print()
         print(
             "hybrid >= the better single mode on every metric: "

@@ -5,10 +5,13 @@
 
 Fusion settings do not change what the keyword path or the index return, so each question's
 keyword messages, query vector and in-scope vector matrix are computed once, through the loaded
-plugin's own functions (``search.keyword_messages``, ``semantic.scope_matrix``,
+plugin's own functions (``search.keyword_messages``, ``semantic.MATRICES.matrix``,
 ``semantic.top_messages``, ``search.fuse_*``, ``search.best_per_session``), and every
-setting is a cheap recombination of them. ``--verify`` replays one setting through the tool
-dispatcher and checks the rankings are identical, so the sweep stands for the real path.
+setting is a cheap recombination of them. It scores the fusion alone: issue 11's date promotion,
+relevance floor and clear-keyword-winner rule (``search.run_search``) are not applied, so its
+figures sit below ``quality.py``'s and ``--verify`` can disagree. ``--verify`` replays one
+setting through the tool dispatcher and checks the rankings are identical, so the sweep stands
+for the real path.
 
 Settings are chosen on the tune split (conv-26/30/41) and reported on the held-out check split
 (conv-42/43) and on all questions. Two fusions are scored (``bench/prototypes.py``): ``message``,
@@ -59,27 +62,30 @@ class Inputs:
     """Per question: keyword rows, and semantic rows per top_k (via the plugin's functions)."""
 
     def __init__(self, built: world.Built, settings: Any, questions: list[locomo.Question], top_ks):
-        store, semantic, search = (world.module(n) for n in ("store", "semantic", "search"))
-        embedder = world.module("embedders").make_embedder(settings.embedding, store.read_api_key())
+        semantic, search = world.module("semantic"), world.module("search")
+        env = world.module("hermes_env").HermesEnv.current()
+        hermes_db, index_db, scope = (world.module(n) for n in ("hermes_db", "index_db", "scope"))
+        embedder = world.module("embedders").make_embedder(settings.embedding, env.api_key())
         self.search = search
         self.by_key = {(c, n): s for s, (c, n) in built.sessions.items()}
         self.own = {conv: {s for s, (c, _) in built.sessions.items() if c == conv} for conv in built.fresh}
         self.keyword: list[list[dict]] = []
         self.semantic: list[dict[int, list[dict]]] = []
         started = time.perf_counter()
-        with store.reading(store.state_db_path()) as conn:
-            schema = store.detect_schema(conn)
-            scopes = {c: search.resolve_scope(conn, schema, f) for c, f in built.fresh.items()}
-            econn = store.connect_embeddings()
-            matrices = {
-                c: semantic.scope_matrix(conn, schema, econn, embedder.fingerprint, s.session_ids)
-                for c, s in scopes.items()
-            }
-            econn.close()
+        with hermes_db.HermesDB.open(env) as db:
+            project_map = scope.ProjectMap(db)
+            scopes = {c: project_map.resolve_scope(f, "") for c, f in built.fresh.items()}
+            with index_db.IndexStore.open_readonly(env.index_path) as store:
+                matrices = {
+                    c: semantic.MATRICES.matrix(
+                        db, store, embedder.fingerprint, s.session_ids, semantic.scope_file_key(s)
+                    )
+                    for c, s in scopes.items()
+                }
             for q in questions:
-                scope = scopes[q.conversation]
+                found = scopes[q.conversation]
                 plan = search.plan_query(q.text)
-                self.keyword.append(search.keyword_messages(conn, schema, plan, scope.session_ids, LIMIT))
+                self.keyword.append(search.keyword_messages(db, plan, found.conversation_of, LIMIT))
                 vector = embedder.embed_query(q.text)
                 per_k = {}
                 for top_k in top_ks:

@@ -28,7 +28,9 @@ sys.path.insert(0, str(REPO / "bench"))
 import harness  # noqa: E402  (sets HERMES_HOME for a throwaway boot home; activate() repoints it)
 import locomo  # noqa: E402
 
-CACHE = REPO / ".cache" / "bench"
+# PHR_BENCH_CACHE: a private cache when several worktrees share .cache (each run reinstalls its
+# own plugin copy and config into the home, so two worktrees must not share one home at a time).
+CACHE = Path(os.environ.get("PHR_BENCH_CACHE") or REPO / ".cache" / "bench")
 PLUGIN_KEY = harness.PLUGIN_KEY
 WORLD_VERSION = 1  # bump when the way the home is built changes
 
@@ -121,7 +123,7 @@ def activate(home: Path):
 
 
 def module(name: str) -> Any:
-    """A module of the loaded plugin (``store``, ``semantic``, ``search``, ...)."""
+    """A module of the loaded plugin (``hermes_db``, ``semantic``, ``search``, ...)."""
     import importlib
 
     return importlib.import_module(f"{harness.PLUGIN_MODULE}.{name}")
@@ -138,18 +140,16 @@ def configure(plugin: Any, embedding: dict[str, Any] | None) -> Any:
     plugins = config.setdefault("plugins", {})
     plugins[PLUGIN_KEY] = {"embedding": {"enabled": embedding is not None, **(embedding or {})}}
     save_config(config)
-    settings = module("store").read_settings()
+    env = module("hermes_env").HermesEnv.current()
+    settings = env.settings
     if settings.problems:
         raise SystemExit("config rejected: " + "; ".join(settings.problems))
-    consent_path = module("store").consent_path()
     if embedding is None:
-        consent_path.unlink(missing_ok=True)
+        env.consent_path.unlink(missing_ok=True)
         return settings
-    record = module("config_schema").consent_record(
-        settings.embedding,
-        module("store").active_profile_name(),
-        ["*"],
-        datetime.now(UTC).isoformat(timespec="seconds"),
+    consent = module("consent")
+    record = consent.consent_record(
+        settings.embedding, env.profile, ["*"], datetime.now(UTC).isoformat(timespec="seconds")
     )
-    module("store").write_consent(record)
+    consent.write_consent(env, record)
     return settings

@@ -33,3 +33,48 @@ def test_a_session_found_by_both_paths_through_different_messages_adds_up(search
 def test_zero_weight_leaves_one_path_in_charge(search):
     fused = search.fuse_rankings(rows(("A", 1)), rows(("B", 2), ("A", 3)), k=5, keyword_weight=0)
     assert [r["session_id"] for r in fused] == ["B", "A"]
+
+
+def test_equal_scores_follow_the_keyword_order_not_the_sessions_age(search):
+    keyword = rows(("NEW", 9))
+    semantic = rows(("OLD", 1))
+    fused = search.fuse_rankings(keyword, semantic, k=5, keyword_weight=1.0, semantic_weight=1.0)
+    assert [r["session_id"] for r in fused] == ["NEW", "OLD"]  # both 1/6: keyword's rank decides
+
+
+def scored(*triples: tuple[str, int, float]) -> list[dict]:
+    return [
+        {**row, "score": score}
+        for row, (_, _, score) in zip(rows(*[t[:2] for t in triples]), triples, strict=True)
+    ]
+
+
+def test_a_clear_keyword_winner_stays_first(search):
+    fused = rows(("B", 2), ("A", 1), ("C", 3))
+    clear = scored(("A", 1, 12.0), ("B", 2, 9.0))
+    assert [r["session_id"] for r in search.keep_clear_keyword_winner(fused, clear)] == ["A", "B", "C"]
+    close = scored(("A", 1, 10.0), ("B", 2, 9.0))
+    assert [r["session_id"] for r in search.keep_clear_keyword_winner(fused, close)] == ["B", "A", "C"]
+    like_rows = rows(("A", 1), ("B", 2))  # LIKE rows carry no bm25: nothing to compare
+    assert [r["session_id"] for r in search.keep_clear_keyword_winner(fused, like_rows)] == ["B", "A", "C"]
+
+
+def test_relevance_floor_needs_one_strong_hit(search):
+    weak_words = scored(("A", 1, search.KEYWORD_EVIDENCE - 1))
+    strong_words = scored(("A", 1, search.KEYWORD_EVIDENCE))
+    near = [{**rows(("B", 2))[0], "lift": 0.30}]
+    far = [{**rows(("B", 2))[0], "lift": 0.10}]
+    assert not search.has_evidence(weak_words, far, floor=0.22)
+    assert search.has_evidence(strong_words, far, floor=0.22)
+    assert search.has_evidence(weak_words, near, floor=0.22)
+    assert search.has_evidence(weak_words, far, floor=0)  # 0: no floor
+    assert search.has_evidence(rows(("A", 1)), far, floor=0.22)  # LIKE rows: not judged
+
+
+def test_relevance_floor_per_model(plugin):
+    config_schema = importlib.import_module(f"{plugin.__name__}.config_schema")
+    settings = config_schema.EmbeddingSettings
+    assert config_schema.relevance_floor(settings(model="all-MiniLM-L6-v2-int8")) == 0.28
+    assert config_schema.relevance_floor(settings(model="multilingual-e5-small")) == 0.22
+    assert config_schema.relevance_floor(settings(model="text-embedding-3-small")) == 0.22
+    assert config_schema.relevance_floor(settings(model="e5", relevance_floor=0)) == 0

@@ -791,3 +791,62 @@ def test_relaxed_short_cjk_query_ignores_stopwords(world):
     hit = world.session(repo, [("user", "关于归属的讨论")])
     world.session(repo, [("user", "the weather is nice")])
     assert session_ids(world.search(world.session(repo), "归属 the", limit=5)) == [hit]
+
+
+# --------------------------------------------------------------------- relaxed OR: stems, neighbours, dates
+
+
+def test_relaxed_query_finds_other_inflections_of_its_words(world):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    hit = world.session(repo, [("user", "we were painting the fence all weekend")])
+    world.session(repo, [("user", "an unrelated remark about gardening")])
+    now = world.session(repo)
+    assert session_ids(world.search(now, "who painted fences?")) == [hit]
+    # Identifiers, paths and the user's own phrases stay exact.
+    assert session_ids(world.search(now, '"painted fences"')) == []
+
+
+def test_a_message_whose_neighbour_also_matches_ranks_first(world, plugin, monkeypatch):
+    import importlib
+
+    search = importlib.import_module(f"{plugin.__name__}.search")
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    only_first = world.session(repo, [("user", "zookeeper"), ("assistant", "some other words")])
+    both = world.session(repo, [("user", "zookeeper"), ("assistant", "walrus")])
+    world.session(repo, [("user", "walrus"), ("assistant", "some other words")])
+    now = world.session(repo)
+    # Every matching message scores the same alone; the reply that matches too lifts its question.
+    assert session_ids(world.search(now, "zookeeper walrus", limit=1)) == [both]
+    monkeypatch.setattr(search, "NEIGHBOUR_WEIGHT", 0.0)
+    assert session_ids(world.search(now, "zookeeper walrus", limit=1)) == [only_first]
+
+
+def test_a_date_in_the_query_brings_that_days_sessions_first(world):
+    import datetime
+
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    march = datetime.datetime(2025, 3, 3, 15, 0).timestamp()
+    april = datetime.datetime(2025, 4, 20, 15, 0).timestamp()
+    other_day = world.session(repo, [("user", "the cache migration, step one")], timestamp=april)
+    that_day = world.session(repo, [("user", "notes on the cache")], timestamp=march)
+    now = world.session(repo)
+    assert session_ids(world.search(now, "cache migration")) == [other_day, that_day]
+    assert session_ids(world.search(now, "cache migration on 3 March 2025")) == [that_day, other_day]
+    assert session_ids(world.search(now, "cache migration in March 2025")) == [that_day, other_day]
+    assert session_ids(world.search(now, "cache migration 2025-04-20")) == [other_day, that_day]
+
+
+def test_fts_reading_past_the_first_page_ends(world, plugin, hermes_db):
+    # More than a page of matches outside the scope, too few inside to fill scan_limit: the second
+    # read takes the rest in one go and must be the last (it once looped, re-reading forever).
+    alpha, beta = world.folder("alpha"), world.folder("beta")
+    world.project("Alpha", alpha)
+    world.project("Beta", beta)
+    mine = world.session(alpha, [("user", "heron"), ("assistant", "a heron again")])
+    world.session(beta, [("user", f"heron number {i}") for i in range(1200)])
+    with hermes_db.HermesDB.open(plugin.hermes_env.HermesEnv.current()) as db:
+        rows = db.fts_messages("messages_fts", '"heron"', {mine: mine}, 300, per_session=10)
+    assert sorted(row["session_id"] for row in rows) == [mine, mine]

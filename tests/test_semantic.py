@@ -213,3 +213,19 @@ def test_a_new_message_is_embedded_alone_with_its_predecessor(project, server):
     # Only the new message is sent, framed by the reply before it (read across the watermark).
     assert document_texts(server) == ["I will raise it.\nMake it thirty minutes instead."]
     assert session_ids(result) == [project.expiry]
+
+
+def test_hybrid_says_nothing_when_nothing_is_close(project, plugin, monkeypatch):
+    import hermes_plugins.project_history_recall.semantic as semantic
+
+    monkeypatch.setattr(semantic, "MIN_BACKGROUND_CHUNKS", 1)  # judge even this tiny project
+    unrelated = project.search(
+        project.current, "favourite pizza toppings for the summer party", mode="hybrid"
+    )
+    assert unrelated["success"] is True
+    assert unrelated["results"] == []
+    assert "relevance floor" in unrelated["message"]
+    # A close question still gets its answer.
+    assert (
+        session_ids(project.search(project.current, "invoice export", mode="hybrid"))[0] == project.invoices
+    )
