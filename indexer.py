@@ -446,7 +446,9 @@ def _refresh_matrix_file(
     from . import matrix_file
 
     try:
-        matrix_file.refresh(store, fingerprint, matrix_file.identity_file_key(identity), session_ids)
+        key = matrix_file.identity_file_key(identity)
+        if not matrix_file.is_current(store, fingerprint, key, session_ids):
+            matrix_file.refresh(store, fingerprint, key, session_ids)
     except Exception:
         logger.info("matrix file not refreshed; the next search will", exc_info=True)
 

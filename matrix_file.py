@@ -95,6 +95,25 @@ def _row_dtype() -> Any:
 # --------------------------------------------------------------------------- reading
 
 
+def is_current(store: IndexStore, fingerprint: str, scope_key: str, session_ids: Sequence[str]) -> bool:
+    """Does the file already hold every row of these sessions as embeddings.db has them now?
+    (The header alone is read.)"""
+    instance = store.instance
+    path = matrix_dir(store.path) / f"{file_name(instance, fingerprint, scope_key)}.json"
+    try:
+        header = json.loads(path.read_text(encoding="utf-8"))
+        covered = set(header["covered"])
+        return (
+            header.get("format") == FORMAT
+            and header.get("instance") == instance
+            and header.get("fingerprint") == fingerprint
+            and int(header["generation"]) == store.generation
+            and all(sid in covered for sid in session_ids)
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def read(folder: Path, name: str, instance: str, fingerprint: str) -> Matrix | None:
     """The matrix file as its header describes it, or None when it is missing or not for this
     database and model (any damage reads as missing: the caller rebuilds)."""
