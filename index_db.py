@@ -467,15 +467,13 @@ LOCK_RETRY_SECONDS = 0.25
 
 
 @contextmanager
-def indexer_lock(data_dir: Path, wait_seconds: float = LOCK_RETRY_SECONDS) -> Iterator[bool]:
-    """One indexer at a time across processes, so two Hermes windows never embed the same text twice.
+def file_lock(path: Path, wait_seconds: float) -> Iterator[bool]:
+    """An exclusive ``flock`` on ``path`` (created 0600), tried for up to ``wait_seconds``.
 
-    Yields whether the lock was taken within ``wait_seconds``; a process that does not get it
-    leaves the work to the one that has it. An ``OSError`` (a read-only folder) propagates to
-    the caller's boundary.
+    Yields whether it was taken. Per open file description, so two threads of one process
+    exclude each other too.
     """
-    data_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(data_dir / "indexer.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         give_up = time.monotonic() + wait_seconds
         while True:
@@ -493,6 +491,19 @@ def indexer_lock(data_dir: Path, wait_seconds: float = LOCK_RETRY_SECONDS) -> It
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+@contextmanager
+def indexer_lock(data_dir: Path, wait_seconds: float = LOCK_RETRY_SECONDS) -> Iterator[bool]:
+    """One indexer at a time across processes, so two Hermes windows never embed the same text twice.
+
+    Yields whether the lock was taken within ``wait_seconds``; a process that does not get it
+    leaves the work to the one that has it. An ``OSError`` (a read-only folder) propagates to
+    the caller's boundary.
+    """
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with file_lock(data_dir / "indexer.lock", wait_seconds) as taken:
+        yield taken
 
 
 def indexer_busy(data_dir: Path) -> bool:

@@ -25,20 +25,17 @@ needs no SQL at all. Writers (searches and indexers) take ``<name>.lock``; reade
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
 import os
-import time
 import uuid
 from collections.abc import Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .index_db import VECTOR_BYTES, VECTOR_DTYPE, IndexStore, width_mismatch
+from .index_db import VECTOR_BYTES, VECTOR_DTYPE, IndexStore, file_lock, width_mismatch
 
 logger = logging.getLogger(__name__)
 
@@ -161,27 +158,9 @@ def read(folder: Path, name: str, instance: str, fingerprint: str) -> Matrix | N
 # --------------------------------------------------------------------------- writing
 
 
-@contextmanager
 def _file_lock(folder: Path, name: str):
-    """Yields whether this process may write the file now (waits up to LOCK_WAIT_SECONDS)."""
-    fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        deadline = time.monotonic() + LOCK_WAIT_SECONDS
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    yield False
-                    return
-                time.sleep(0.02)
-        try:
-            yield True
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+    """Whether this process may write the file now (waits up to LOCK_WAIT_SECONDS)."""
+    return file_lock(folder / f"{name}.lock", LOCK_WAIT_SECONDS)
 
 
 def _fill(
