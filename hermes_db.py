@@ -324,57 +324,56 @@ class HermesDB:
         """Live user/assistant messages of the sessions in ``in_scope`` matching ``match``, best
         bm25 first.
 
-        One FTS query, as Hermes's own ``search_messages`` runs it (no scope in the SQL, no window
-        functions): rows stream in rank order and are kept when their session is in scope, at most
-        ``per_session`` (default :data:`PER_SESSION_SCAN`) per session (one conversation repeating
-        a word hundreds of times cannot fill ``scan_limit`` and hide every other one). ``in_scope``
-        maps each session to its conversation; with ``enough_groups`` reading stops once that many
-        conversations have a message, since nothing read later can rank above them. Contents are
-        read for the kept rows only, so the sort never carries message bodies.
+        One FTS query shaped like Hermes's own ``search_messages`` (FTS table outer, ``messages``
+        joined by rowid, ``ORDER BY rank``), with the scope as one bound JSON array in the SQL, so
+        bm25 is computed and sorted for in-scope rows only: at 300k messages in 50 projects most
+        matches of a common word lie in other projects, and reading them into Python to drop them
+        cost 6.8x ``search_messages``' time (``docs/performance.md``). ``CROSS JOIN`` keeps the FTS
+        table outer: driven from the scope's sessions, SQLite would re-run the MATCH per message.
+        Rows stream in rank order, at most ``per_session`` (default :data:`PER_SESSION_SCAN`) per
+        session (one conversation repeating a word hundreds of times cannot fill ``scan_limit`` and
+        hide every other one). ``in_scope`` maps each session to its conversation; with
+        ``enough_groups`` reading stops once that many conversations have a message, since nothing
+        read later can rank above them. Contents are read for the kept rows only, so the sort
+        never carries message bodies.
         """
         if table == "messages_fts" and len(self.schema.fts_columns) > 1:
             match = f"{{{self.schema.fts_columns[0]}}} : ({match})"  # upstream also indexes tool columns
         sql = f"""
             SELECT m.id, m.session_id, m.role, m.timestamp, f.rank
             FROM {table} f
-            JOIN messages m ON m.id = f.rowid
+            CROSS JOIN messages m ON m.id = f.rowid
             WHERE {table} MATCH ?
               AND m.role IN ('user', 'assistant')
               AND {self.schema.live_message_sql}
+              AND {_SCOPE_SQL}
             ORDER BY f.rank, m.id
-            LIMIT ? OFFSET ?
         """
         kept: list[dict[str, Any]] = []
         taken: dict[str, int] = {}
         groups: set[str] = set()
-        conn = self.conn
-        factory, conn.row_factory = conn.row_factory, None
-        try:
-            offset, page = 0, max(1000, 4 * scan_limit)
-            while True:
-                rows = conn.execute(sql, (match, page, offset)).fetchall()
-                for message_id, session_id, role, timestamp, rank in rows:
-                    group = in_scope.get(session_id)
-                    if group is None or taken.get(session_id, 0) >= per_session:
-                        continue
-                    taken[session_id] = taken.get(session_id, 0) + 1
-                    groups.add(group)
-                    kept.append(
-                        {
-                            "message_id": message_id,
-                            "session_id": session_id,
-                            "role": role,
-                            "timestamp": timestamp,
-                            "rank": rank,
-                        }
-                    )
-                    if len(kept) >= scan_limit or (enough_groups and len(groups) >= enough_groups):
-                        return self._with_content(kept)
-                if page < 0 or len(rows) < page:  # the rest was read in one go, or nothing is left
-                    return self._with_content(kept)
-                offset, page = offset + page, -1  # the rest in one go: the sort is paid already
-        finally:
-            conn.row_factory = factory
+        cursor = self.conn.cursor()
+        cursor.row_factory = None
+        for message_id, session_id, role, timestamp, rank in cursor.execute(
+            sql, (match, json.dumps(list(in_scope)))
+        ):
+            if taken.get(session_id, 0) >= per_session:
+                continue
+            taken[session_id] = taken.get(session_id, 0) + 1
+            groups.add(in_scope[session_id])
+            kept.append(
+                {
+                    "message_id": message_id,
+                    "session_id": session_id,
+                    "role": role,
+                    "timestamp": timestamp,
+                    "rank": rank,
+                }
+            )
+            if len(kept) >= scan_limit or (enough_groups and len(groups) >= enough_groups):
+                break
+        cursor.close()
+        return self._with_content(kept)
 
     def _with_content(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not rows:
