@@ -52,6 +52,9 @@ class Scope:
     session_ids: list[str]  # the other sessions of the project: what may be returned
     conversation_of: dict[str, str] = field(default_factory=dict)  # session -> its conversation
     pending: int = 0  # sessions left out because git has not answered for their folder yet
+    #: ``state.db``'s data_version token, read before anything else of this call: while it is
+    #: unchanged, nothing in Hermes's data is (``semantic.CompleteScopes``). None: unknown.
+    data_token: tuple | None = None
 
     @property
     def sessions_in_scope(self) -> int:
@@ -397,6 +400,7 @@ class ProjectMap:
             session_ids=list(conversation_of),
             conversation_of=conversation_of,
             pending=len(snap.pending) + (1 if self.unsure else 0),
+            data_token=token[0],
         )
 
     def groups(self) -> list[dict[str, Any]]:

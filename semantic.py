@@ -49,6 +49,7 @@ from .indexer import (
     content_hash,
     embedded_text,
     gate_check,
+    index_recipe,
     plan_check,
 )
 
@@ -223,6 +224,54 @@ class MatrixCache:
 MATRICES = MatrixCache()
 
 
+class CompleteScopes:
+    """Scopes this process found completely indexed, and the session state they were found in.
+
+    An index check reads every in-scope session's (count, id sum) from Hermes's index and the
+    watermarks from ``embeddings.db``: 30 ms for a 95k-message project (``bench/scale.py``),
+    paid on every search, keyword mode included (it reports ``semantic_status``). Nothing it read
+    can have changed while ``PRAGMA data_version`` of ``state.db`` (:attr:`Scope.data_token`,
+    read before the check) and ``embeddings.db``'s instance and write generation are the same, so
+    the answer is reused until one of them moves. Any commit to ``state.db`` (a message in the
+    current session too) moves the token: then the check runs again, as before.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[str, str, str], tuple[tuple, dict[str, tuple[int, int]]]] = {}
+
+    @staticmethod
+    def _key(store: IndexStore, recipe: str, scope: Any) -> tuple[tuple[str, str, str], tuple] | None:
+        token = getattr(scope, "data_token", None)
+        if token is None:
+            return None
+        slot = (str(store.path), recipe, scope_file_key(scope))
+        sessions = content_hash("\n".join(sorted(scope.session_ids)))
+        return slot, (token, store.instance, store.generation, sessions)
+
+    def get(self, store: IndexStore, recipe: str, scope: Any) -> dict[str, tuple[int, int]] | None:
+        key = self._key(store, recipe, scope)
+        if key is None:
+            return None
+        with self._lock:
+            entry = self._entries.get(key[0])
+        return entry[1] if entry and entry[0] == key[1] else None
+
+    def put(self, store: IndexStore, recipe: str, scope: Any, state: dict[str, tuple[int, int]]) -> None:
+        key = self._key(store, recipe, scope)
+        if key is not None:
+            with self._lock:
+                self._entries[key[0]] = (key[1], state)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+#: The process's completely indexed scopes.
+COMPLETE = CompleteScopes()
+
+
 def top_messages(
     matrix: ScopeMatrix, query_vector: Any, top_k: int, stats: dict[str, float] | None = None
 ) -> list[tuple[int, str, int, float]]:
@@ -354,7 +403,7 @@ def _search(env: HermesEnv, db: HermesDB, scope: Any, query: str, run: bool, bui
     _writable(env)  # an index that cannot take new messages is reported, whatever the mode
     if not run or not build:
         with IndexStore.open_readonly(env.index_path) as store:
-            status = _status_without_work(env, db, store, fingerprint, framing, session_ids)
+            status = _status_without_work(env, db, store, fingerprint, framing, scope)
             if not run or status != "ready":
                 return SemanticOutcome(status=status)  # nothing is sent: no query, no indexing
             query_vector = embedder.embed_query(query, deadline=time.monotonic() + embedding.timeout_seconds)
@@ -419,12 +468,17 @@ def _bring_up_to_date(
         # path. The background indexer migrates, then checks; meanwhile keyword results stand.
         BACKGROUND.start(env, scope.identity, session_ids, embedder)
         return store, "indexing", None
+    recipe = index_recipe(fingerprint, framing)
+    state = COMPLETE.get(store, recipe, scope)
+    if state is not None:
+        return store, "ready", state
     try:
         plan = plan_check(db, store, session_ids, fingerprint, framing)
     except BaseException:
         store.close()
         raise
     if plan.nothing_new:
+        COMPLETE.put(store, recipe, scope, plan.state)
         return store, "ready", plan.state
     store.close()
     with indexer_lock(env.data_dir) as taken:
@@ -455,6 +509,7 @@ def _bring_up_to_date(
             store.close()
             raise
     if complete:
+        COMPLETE.put(store, recipe, scope, plan.state)
         return store, "ready", plan.state
     BACKGROUND.start(env, scope.identity, session_ids, embedder)
     return store, "indexing", plan.state
@@ -466,17 +521,23 @@ def _status_without_work(
     store: IndexStore,
     fingerprint: str,
     framing: Framing,
-    session_ids: Sequence[str],
+    scope: Any,
 ) -> str:
+    session_ids = scope.session_ids
     if store.outdated:
         return (
             "indexing"
             if BACKGROUND.running(env, fingerprint, session_ids) or indexer_busy(env.data_dir)
             else "partial"
         )
+    recipe = index_recipe(fingerprint, framing)
+    if COMPLETE.get(store, recipe, scope) is not None:
+        return "ready"
     plan = plan_check(db, store, session_ids, fingerprint, framing)
-    unchecked = list(plan.after)
-    if not unchecked or db.live_message_ids(unchecked) <= store.indexed_message_ids(fingerprint, unchecked):
+    if plan.nothing_new:
+        COMPLETE.put(store, recipe, scope, plan.state)
+        return "ready"
+    if db.live_message_ids(list(plan.after)) <= store.indexed_message_ids(fingerprint, list(plan.after)):
         return "ready"
     if BACKGROUND.running(env, fingerprint, session_ids) or indexer_busy(env.data_dir):
         return "indexing"

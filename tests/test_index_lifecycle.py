@@ -74,6 +74,7 @@ def fresh_process(plugin) -> None:
     """Forget what a Hermes process keeps in memory between two searches."""
     plugin.embedders._EMBEDDERS.clear()
     plugin.semantic.MATRICES.clear()
+    plugin.semantic.COMPLETE.clear()
     plugin.semantic.COOLDOWN.reset()
 
 
@@ -122,6 +123,39 @@ def test_a_new_message_is_all_a_fresh_process_reads(project, swappable, plugin, 
     assert document_texts(swappable) == [
         "The invoice export writes CSV files to the share\nExported files are named by date."
     ]
+
+
+def test_a_complete_scope_is_checked_again_only_after_hermes_data_changed(
+    project, swappable, plugin, monkeypatch
+):
+    """Within one process a complete scope's check is remembered (semantic.CompleteScopes) until
+    state.db or embeddings.db changes: a new message or a rewind in the same process is seen."""
+    checks: list[int] = []
+    original = plugin.semantic.plan_check
+
+    def counting(db, store, session_ids, *args):
+        checks.append(len(session_ids))
+        return original(db, store, session_ids, *args)
+
+    monkeypatch.setattr(plugin.semantic, "plan_check", counting)
+    assert project.search(project.current, "warm the index", mode="hybrid")["semantic_status"] == "ready"
+    checks.clear()
+    for mode in ("hybrid", "keyword", "semantic"):
+        assert project.search(project.current, "invoice", mode=mode)["semantic_status"] == "ready"
+    assert checks == []
+
+    project.add(project.invoices, [("assistant", "Exported files are named by date.")])
+    swappable.reset()
+    result = project.search(project.current, "file names", mode="semantic", limit=1)
+    assert checks and result["semantic_status"] == "ready"
+    assert session_ids(result) == [project.invoices]
+    assert document_texts(swappable) == [
+        "The invoice export writes CSV files to the share\nExported files are named by date."
+    ]
+
+    project.db.rewind_to_message(project.expiry, project.db.get_messages(project.expiry)[0]["id"])
+    result = project.search(project.current, KEYWORD_MISS, mode="semantic", limit=10)
+    assert project.expiry not in session_ids(result)
 
 
 def test_restored_messages_below_the_watermark_are_indexed(project, swappable, plugin):
