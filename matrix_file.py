@@ -50,6 +50,11 @@ def matrix_dir(index_path: Path) -> Path:
     return index_path.parent / "matrix"
 
 
+def _private(path: Path) -> Any:
+    """A new file only its owner can read, like embeddings.db: the vectors are the same."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb")
+
+
 def identity_file_key(identity: dict[str, Any]) -> str:
     """Which matrix file a project's vectors live in (one per project, whatever the current session)."""
     from .attribution import scope_key
@@ -261,7 +266,9 @@ def refresh(
     instance, generation = store.instance, store.generation
     name = file_name(instance, fingerprint, scope_key)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if folder.stat().st_mode & 0o077:
+            folder.chmod(0o700)  # made by a version that left it readable to others
         with _file_lock(folder, name) as taken:
             if not taken:
                 return build_in_memory(store, fingerprint, session_ids)
@@ -321,7 +328,8 @@ def _header(
 
 def _publish(folder: Path, name: str, header: dict[str, Any]) -> None:
     staging = folder / f".{name}.{uuid.uuid4().hex}.json"
-    staging.write_text(json.dumps(header, separators=(",", ":")), encoding="utf-8")
+    with _private(staging) as file:
+        file.write(json.dumps(header, separators=(",", ":")).encode("utf-8"))
     os.replace(staging, folder / f"{name}.json")
 
 
@@ -409,8 +417,8 @@ def _rewrite(
     sessions: list[str] = []
     session_index: dict[str, int] = {}
     with (
-        open(folder / f"{name}.{token}.f32", "wb") as vectors_file,
-        open(folder / f"{name}.{token}.rows", "wb") as rows_file,
+        _private(folder / f"{name}.{token}.f32") as vectors_file,
+        _private(folder / f"{name}.{token}.rows") as rows_file,
     ):
         count, width = _write_rows(
             store, fingerprint, ids, width, sessions, session_index, vectors_file, rows_file

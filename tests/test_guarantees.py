@@ -227,6 +227,12 @@ def test_the_plugins_files_are_private(app):
     for name in ("consent.json", "embeddings.db", "indexer.lock"):
         mode = stat.S_IMODE(os.stat(app.home / DATA / name).st_mode)
         assert mode == 0o600, (name, oct(mode))
+    matrices = app.home / DATA / "matrix"
+    assert stat.S_IMODE(matrices.stat().st_mode) == 0o700
+    derived = list(matrices.iterdir())
+    assert {path.suffix for path in derived} >= {".json", ".f32", ".rows"}
+    for path in derived:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, (path.name, oct(path.stat().st_mode))
 
 
 # --------------------------------------------------------------------------- quoted history (item 14)
