@@ -472,12 +472,13 @@ def _max_length(folder: Path) -> int:
 class _LocalModel:
     """One loaded ONNX model and tokenizer, shared by every embedder on the same folder.
 
-    Two sessions of the same graph: ``session``, created without graph optimisation (25 ms
-    instead of 170-220 ms for MiniLM int8, measured), answers queries, so the first search of a
-    fresh process (every ``hermes chat -q``) does not wait for optimisations worth a few
-    milliseconds per query; :meth:`bulk` creates the optimised one on the first document batch,
-    where they pay (unoptimised runs are 5-50 % slower on batches of 8). Their vectors differ by
-    < 1e-5 per component, measured.
+    Two sessions of the same graph. ``session`` is created without graph optimisation: 25-45 ms
+    instead of 170-260 ms for MiniLM int8, but 42-48 ms per query instead of 8-9 ms (measured).
+    It answers the first query of a process only (a ``hermes chat -q`` usually makes one search),
+    saving ~180 ms there; every later query and every document batch uses the optimised session,
+    created on first need (:meth:`optimised`). Building it in a thread instead was measured to
+    hold the GIL for most of its 260-390 ms, stalling the search it was meant to overlap. The two
+    sessions' vectors differ by < 1e-5 per component, measured.
     """
 
     session: Any
@@ -492,15 +493,25 @@ class _LocalModel:
     tokenizer_sha256: str
     workers: int = 1  # ONNX runs at once (one per core)
     model_file: str = ""
-    _bulk: Any = None
-    _bulk_lock: Any = field(default_factory=threading.Lock)
+    _optimised: Any = None
+    _quick_used: bool = False
+    _lock: Any = field(default_factory=threading.Lock)
 
-    def bulk(self) -> Any:
-        """The optimised session for document batches, created on first use."""
-        with self._bulk_lock:
-            if self._bulk is None:
-                self._bulk = _ort_session(self.model_file, optimised=True)
-            return self._bulk
+    def optimised(self) -> Any:
+        """The optimised session, created on first call."""
+        with self._lock:
+            if self._optimised is None:
+                self._optimised = _ort_session(self.model_file, optimised=True)
+                self.session = self._optimised  # the quick one is no longer needed
+            return self._optimised
+
+    def for_query(self) -> Any:
+        """The quick session for the process's first query, the optimised one after that."""
+        with self._lock:
+            if self._optimised is None and not self._quick_used:
+                self._quick_used = True
+                return self.session
+        return self.optimised()
 
 
 _POOL: Any = None
@@ -666,7 +677,7 @@ class LocalOnnxEmbedder(_Counters):
             encodings = model.tokenizer.encode_batch(texts)
             order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
             runs = [order[i : i + LOCAL_RUN_BATCH] for i in range(0, len(order), LOCAL_RUN_BATCH)]
-            session = model.bulk() if bulk else model.session
+            session = model.optimised() if bulk else model.for_query()
             work = [(session, [encodings[i] for i in rows]) for rows in runs]
             if len(runs) > 1 and model.workers > 1:  # onnxruntime runs without the GIL: all cores
                 results = list(_run_pool(model.workers).map(lambda job: self._run(*job), work))

@@ -109,6 +109,20 @@ def test_local_embeds_normalised_rows_with_meaning(emb, Settings, minilm):
     assert embedder.embed_documents([]).shape == (0, 384)
 
 
+def test_the_first_query_of_a_process_gets_the_vector_later_ones_get(emb, Settings, minilm):
+    """The first query runs on a session made without graph optimisation (quick to create, for a
+    process that makes one search); later queries and documents on the optimised one."""
+    emb._LOCAL_MODELS.clear()
+    emb._EMBEDDERS.clear()
+    embedder = emb.make_embedder(Settings(provider="local", model_path=minilm), None)
+    first = embedder.embed_query("user was logged out")
+    assert embedder._model._optimised is None
+    later = embedder.embed_query("user was logged out")
+    assert embedder._model._optimised is not None
+    document = embedder.embed_documents(["user was logged out"])[0]
+    assert np.allclose(first, later, atol=1e-5) and np.allclose(later, document, atol=1e-5)
+
+
 def test_local_batches_pad_without_changing_vectors(emb, Settings, minilm):
     """Length-sorted, padded batches give each text the vector it gets alone, in input order."""
     embedder = emb.make_embedder(Settings(provider="local", model_path=minilm, batch_size=2), None)
