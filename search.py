@@ -514,6 +514,18 @@ def fuse_rankings(
 # Keyword evidence that alone makes a hybrid answer worth giving: a message's bm25 plus half its
 # neighbours' (with_neighbours), measured on LoCoMo together with config_schema.relevance_floor.
 KEYWORD_EVIDENCE = 10.0
+# bm25 adds up over the query's words, so a question with one or two topical words ("Who is
+# Anthony?") cannot reach KEYWORD_EVIDENCE however exact its match: such a query needs this much
+# per topical word instead (4 for one word, 8 for two, 10 from three on).
+KEYWORD_EVIDENCE_PER_TERM = 4.0
+
+
+def keyword_evidence(terms: int | None) -> float:
+    """The bm25 a keyword hit needs to count as evidence, for a query of ``terms`` topical words
+    (None: not known, the full :data:`KEYWORD_EVIDENCE`)."""
+    if terms is None:
+        return KEYWORD_EVIDENCE
+    return min(KEYWORD_EVIDENCE, KEYWORD_EVIDENCE_PER_TERM * max(terms, 1))
 
 
 def _strength(row: dict[str, Any]) -> float | None:
@@ -523,20 +535,29 @@ def _strength(row: dict[str, Any]) -> float | None:
     return -float(row["rank"]) if "rank" in row else None
 
 
-def has_evidence(keyword: Sequence[dict[str, Any]], semantic: Sequence[dict[str, Any]], floor: float) -> bool:
+def has_evidence(
+    keyword: Sequence[dict[str, Any]],
+    semantic: Sequence[dict[str, Any]],
+    floor: float,
+    terms: int | None = None,
+) -> bool:
     """Is anything here strong enough to show? A relevance floor for questions asked in the wrong project.
 
-    Yes when a keyword hit scores :data:`KEYWORD_EVIDENCE` or more, when a semantic hit's lift
-    (semantic._rows) reaches ``floor``, or when either cannot be judged (LIKE rows carry no
-    bm25; a scope under ``semantic.MIN_BACKGROUND_CHUNKS`` chunks has no lift).
+    Yes when a keyword hit scores :func:`keyword_evidence` (``terms``: the query's topical words)
+    or more, when a semantic hit's lift (semantic._rows) reaches ``floor``, or when either cannot
+    be judged (LIKE rows carry no bm25; a scope under ``semantic.MIN_BACKGROUND_CHUNKS`` chunks has
+    no lift).
     Measured on LoCoMo (each question also asked in another conversation's project): hybrid
-    results there drop from 3.0 to 1.3 per question at limit 3, any@5 in the right project -0.001.
+    results there drop from 3.0 to 1.3 per question at limit 3, any@5 in the right project -0.001;
+    the per-word evidence for short queries gives back that question (any@1/3/5/10 +0.001, both
+    models) and costs nothing off-topic (1.32 results per question either way).
     """
     if floor <= 0:
         return True
+    needed = keyword_evidence(terms)
     for row in keyword:
         strength = _strength(row)
-        if strength is None or strength >= KEYWORD_EVIDENCE:
+        if strength is None or strength >= needed:
             return True
     return any(row.get("lift") is None or row["lift"] >= floor for row in semantic)
 
@@ -727,7 +748,8 @@ def run_search(
             )
             ranked = keep_clear_keyword_winner(ranked, keyword)
             # The floor is calibrated on word-tokenised bm25; CJK queries (trigram/LIKE) skip it.
-            if not plan.has_cjk and not has_evidence(keyword, semantic_rows, relevance_floor(embedding)):
+            floor, terms = relevance_floor(embedding), len(plan.topical())
+            if not plan.has_cjk and not has_evidence(keyword, semantic_rows, floor, terms):
                 ranked, below_floor = [], True
         best = best_per_session(promote_dated(db, ranked, windows), limit)
         titles = db.titles({id_ for row in best for id_ in (row["session_id"], _conversation(row))})

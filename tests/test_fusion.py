@@ -71,6 +71,20 @@ def test_relevance_floor_needs_one_strong_hit(search):
     assert search.has_evidence(rows(("A", 1)), far, floor=0.22)  # LIKE rows: not judged
 
 
+def test_short_queries_need_less_keyword_evidence(search):
+    """bm25 adds up over the query's words: one or two topical words cannot reach 10."""
+    assert search.keyword_evidence(None) == search.KEYWORD_EVIDENCE
+    assert search.keyword_evidence(1) == search.KEYWORD_EVIDENCE_PER_TERM
+    assert search.keyword_evidence(0) == search.KEYWORD_EVIDENCE_PER_TERM
+    assert search.keyword_evidence(2) == 2 * search.KEYWORD_EVIDENCE_PER_TERM
+    assert search.keyword_evidence(7) == search.KEYWORD_EVIDENCE
+    exact_name = scored(("A", 1, 4.6))  # "Who is Anthony?": one word, found in one session
+    far = [{**rows(("B", 2))[0], "lift": 0.10}]
+    assert search.has_evidence(exact_name, far, floor=0.22, terms=1)
+    assert not search.has_evidence(exact_name, far, floor=0.22, terms=3)
+    assert not search.has_evidence(exact_name, far, floor=0.22)  # terms unknown: the full 10
+
+
 def test_relevance_floor_per_model(plugin):
     config_schema = importlib.import_module(f"{plugin.__name__}.config_schema")
     settings = config_schema.EmbeddingSettings
