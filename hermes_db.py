@@ -17,7 +17,11 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import os
 import sqlite3
+import threading
+from array import array
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +37,8 @@ HIDDEN_SOURCES = ("subagent", "tool")
 MULTIMODAL_PREFIX = "\x00json:"
 # Matching messages read per session in one query step: a search returns one message per session.
 PER_SESSION_SCAN = 5
+# FTS rows checked for liveness and session per statement while a ranked FTS query is read.
+FTS_BLOCK = 256
 
 ChunkKey = tuple[str, int, int]  # (session_id, message_id, chunk_index)
 #: A session's active messages: (newest id, count, sum of ids). Hermes appends messages and only
@@ -138,6 +144,120 @@ def _detect_schema(conn: sqlite3.Connection) -> StateSchema:
     )
 
 
+class SessionMessages:
+    """Which user/assistant message ids each session holds, for one ``state.db``, remembered by the
+    process and brought up to date by reading only the messages added since the last call.
+
+    Why it exists: FTS5 knows nothing of sessions, so a scope filter used to join every match to
+    ``messages``, in scope or not, before bm25 was sorted. At 300k messages the join cost more than
+    the match itself (a common word matches a third of the table, most of it in other projects).
+    A set of the scope's message ids, registered as an SQL function (``set.__contains__``, called
+    from C), lets FTS5 stay alone on its table and compute bm25 for in-scope rows only: 2-4x faster
+    than the join and faster than Hermes's own ``search_messages`` for the same MATCH
+    (``docs/performance.md``).
+
+    Exact by construction: a message's session and role never change and ids only grow
+    (AUTOINCREMENT), so appending what lies above the newest id seen keeps every list complete.
+    Liveness does change (rewind, ``restore_rewound``), so it is checked on the rows read
+    (:meth:`HermesDB.fts_messages`), never remembered here.
+    """
+
+    #: Scope sets kept at once (one per project searched lately).
+    MAX_SCOPES = 4
+    #: More new messages than this since the last call: forget everything and load what is asked
+    #: (reading only the scope's sessions), instead of reading every new message of the home.
+    MAX_CATCH_UP = 50_000
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ident: tuple[int, int] | None = None
+        self.top = 0  # every user/assistant message up to this id is in by_session, for its sessions
+        self.by_session: dict[str, array] = {}
+        self.scopes: OrderedDict[frozenset[str], set[int]] = OrderedDict()
+
+    def _reset(self, ident: tuple[int, int] | None) -> None:
+        self.ident, self.top = ident, 0
+        self.by_session.clear()
+        self.scopes.clear()
+
+    def members(
+        self, conn: sqlite3.Connection, ident: tuple[int, int] | None, sessions: Iterable[str]
+    ) -> set[int]:
+        """The ids of every user/assistant message of these sessions, live or not, as of now."""
+        wanted = frozenset(sessions)
+        with self.lock:
+            if ident != self.ident:  # another file under the same path: nothing known holds
+                self._reset(ident)
+            self._catch_up(conn)
+            missing = [sid for sid in wanted if sid not in self.by_session]
+            if missing:
+                self._load(conn, missing)
+            members = self.scopes.get(wanted)
+            if members is None:
+                members = set()
+                for sid in wanted:
+                    members.update(self.by_session[sid])
+                self.scopes[wanted] = members
+                while len(self.scopes) > self.MAX_SCOPES:
+                    self.scopes.popitem(last=False)
+            else:
+                self.scopes.move_to_end(wanted)
+            return members
+
+    def _catch_up(self, conn: sqlite3.Connection) -> None:
+        top = conn.execute("SELECT max(id) FROM messages").fetchone()[0] or 0
+        if top < self.top or top - self.top > self.MAX_CATCH_UP:
+            self._reset(self.ident)  # the newest messages were deleted, or far too much is new
+        if not self.by_session:
+            self.top = top
+            return
+        if top == self.top:
+            return
+        rows = conn.execute(
+            "SELECT m.id, m.session_id FROM messages m WHERE m.id > ? AND m.id <= ? "
+            "AND m.role IN ('user', 'assistant')",
+            (self.top, top),
+        )
+        for message_id, session_id in rows:
+            ids = self.by_session.get(session_id)
+            if ids is None:
+                continue
+            ids.append(message_id)
+            for sessions, members in self.scopes.items():
+                if session_id in sessions:
+                    members.add(message_id)
+        self.top = top
+
+    def _load(self, conn: sqlite3.Connection, session_ids: Sequence[str]) -> None:
+        """The messages of these sessions up to :attr:`top` (newer ones come with the next catch-up)."""
+        loaded: dict[str, array] = {sid: array("q") for sid in session_ids}
+        rows = conn.execute(
+            "SELECT m.session_id, m.id FROM json_each(?) AS wanted "
+            "CROSS JOIN messages m ON m.session_id = wanted.value "
+            "WHERE m.id <= ? AND m.role IN ('user', 'assistant')",
+            (json.dumps(list(session_ids)), self.top),
+        )
+        for session_id, message_id in rows:
+            loaded[session_id].append(message_id)
+        self.by_session.update(loaded)
+
+
+_REGISTERS: dict[str, SessionMessages] = {}
+_REGISTERS_LOCK = threading.Lock()
+
+
+def session_messages(path: Path) -> SessionMessages:
+    """The process's :class:`SessionMessages` for the ``state.db`` at ``path``."""
+    key = str(path)
+    with _REGISTERS_LOCK:
+        register = _REGISTERS.get(key)
+        if register is None:
+            if len(_REGISTERS) >= 8:
+                _REGISTERS.clear()
+            register = _REGISTERS[key] = SessionMessages()
+        return register
+
+
 _SESSION_FIELDS = (
     "id",
     "source",
@@ -188,19 +308,28 @@ class HermesDB:
     nothing to read yet.
     """
 
-    def __init__(self, env: HermesEnv, conn: sqlite3.Connection, schema: StateSchema) -> None:
+    def __init__(
+        self,
+        env: HermesEnv,
+        conn: sqlite3.Connection,
+        schema: StateSchema,
+        ident: tuple[int, int] | None = None,
+    ) -> None:
         self.env = env
         self.conn = conn
         self.schema = schema
+        self.ident = ident  # (device, inode) of state.db: which file the process's memory is of
         self._projects: list[dict[str, Any]] | None = None
 
     @classmethod
     def open(cls, env: HermesEnv) -> HermesDB:
-        if not env.state_db.exists():
-            raise NoSessionDatabase("state.db not found")
+        try:
+            st = os.stat(env.state_db)
+        except OSError:
+            raise NoSessionDatabase("state.db not found") from None
         conn = connect_readonly(env.state_db)
         try:
-            return cls(env, conn, detect_schema(conn, env.state_db))
+            return cls(env, conn, detect_schema(conn, env.state_db), (st.st_dev, st.st_ino))
         except BaseException:
             conn.close()
             raise
@@ -324,56 +453,70 @@ class HermesDB:
         """Live user/assistant messages of the sessions in ``in_scope`` matching ``match``, best
         bm25 first.
 
-        One FTS query shaped like Hermes's own ``search_messages`` (FTS table outer, ``messages``
-        joined by rowid, ``ORDER BY rank``), with the scope as one bound JSON array in the SQL, so
-        bm25 is computed and sorted for in-scope rows only: at 300k messages in 50 projects most
-        matches of a common word lie in other projects, and reading them into Python to drop them
-        cost 6.8x ``search_messages``' time (``docs/performance.md``). ``CROSS JOIN`` keeps the FTS
-        table outer: driven from the scope's sessions, SQLite would re-run the MATCH per message.
+        One FTS query shaped like Hermes's own ``search_messages`` (``MATCH``, ``ORDER BY rank``) on
+        the FTS table alone: the scope is a set of message ids (:class:`SessionMessages`) asked
+        through an SQL function, so bm25 is computed and sorted for in-scope rows only and no
+        out-of-scope row is ever joined (``docs/performance.md``: at 300k messages, 2-4x faster than
+        joining every match to ``messages``). Ordering by ``rank, rowid`` rather than ``rank`` alone
+        keeps FTS5 from ranking every match before the filter. The rows read are checked in blocks
+        for what can change (still live) and what must hold (the session is in scope).
+
         Rows stream in rank order, at most ``per_session`` (default :data:`PER_SESSION_SCAN`) per
         session (one conversation repeating a word hundreds of times cannot fill ``scan_limit`` and
         hide every other one). ``in_scope`` maps each session to its conversation; with
         ``enough_groups`` reading stops once that many conversations have a message, since nothing
-        read later can rank above them. Contents are read for the kept rows only, so the sort
-        never carries message bodies.
+        read later can rank above them. Contents are read for the kept rows only.
         """
         if table == "messages_fts" and len(self.schema.fts_columns) > 1:
             match = f"{{{self.schema.fts_columns[0]}}} : ({match})"  # upstream also indexes tool columns
-        sql = f"""
-            SELECT m.id, m.session_id, m.role, m.timestamp, f.rank
-            FROM {table} f
-            CROSS JOIN messages m ON m.id = f.rowid
-            WHERE {table} MATCH ?
-              AND m.role IN ('user', 'assistant')
-              AND {self.schema.live_message_sql}
-              AND {_SCOPE_SQL}
-            ORDER BY f.rank, m.id
-        """
+        members = session_messages(self.env.state_db).members(self.conn, self.ident, in_scope)
+        self.conn.create_function("phr_in_scope", 1, members.__contains__)
+        cursor = self.conn.cursor()
+        cursor.row_factory = None
         kept: list[dict[str, Any]] = []
         taken: dict[str, int] = {}
         groups: set[str] = set()
-        cursor = self.conn.cursor()
-        cursor.row_factory = None
-        for message_id, session_id, role, timestamp, rank in cursor.execute(
-            sql, (match, json.dumps(list(in_scope)))
-        ):
-            if taken.get(session_id, 0) >= per_session:
-                continue
-            taken[session_id] = taken.get(session_id, 0) + 1
-            groups.add(in_scope[session_id])
-            kept.append(
-                {
-                    "message_id": message_id,
-                    "session_id": session_id,
-                    "role": role,
-                    "timestamp": timestamp,
-                    "rank": rank,
-                }
+        try:
+            cursor.execute(
+                f"SELECT f.rowid, f.rank FROM {table} f "
+                f"WHERE {table} MATCH ? AND phr_in_scope(f.rowid) ORDER BY f.rank, f.rowid",
+                (match,),
             )
-            if len(kept) >= scan_limit or (enough_groups and len(groups) >= enough_groups):
-                break
-        cursor.close()
+            while block := cursor.fetchmany(FTS_BLOCK):
+                live = self._live_conversational([message_id for message_id, _ in block])
+                for message_id, rank in block:
+                    found = live.get(message_id)
+                    if found is None or found[0] not in in_scope:  # rewound since, or not ours
+                        continue
+                    session_id, role, timestamp = found
+                    if taken.get(session_id, 0) >= per_session:
+                        continue
+                    taken[session_id] = taken.get(session_id, 0) + 1
+                    groups.add(in_scope[session_id])
+                    kept.append(
+                        {
+                            "message_id": message_id,
+                            "session_id": session_id,
+                            "role": role,
+                            "timestamp": timestamp,
+                            "rank": rank,
+                        }
+                    )
+                    if len(kept) >= scan_limit or (enough_groups and len(groups) >= enough_groups):
+                        return self._with_content(kept)
+        finally:
+            cursor.close()
         return self._with_content(kept)
+
+    def _live_conversational(self, message_ids: Sequence[int]) -> dict[int, tuple[str, str, Any]]:
+        """(session, role, timestamp) of those of these messages that are live user/assistant rows."""
+        rows = self.conn.execute(
+            "SELECT m.id, m.session_id, m.role, m.timestamp FROM messages m "
+            "WHERE m.id IN (SELECT value FROM json_each(?)) "
+            f"AND m.role IN ('user', 'assistant') AND {self.schema.live_message_sql}",
+            (json.dumps(list(message_ids)),),
+        ).fetchall()
+        return {row[0]: (row[1], row[2], row[3]) for row in rows}
 
     def _with_content(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not rows:

@@ -850,3 +850,79 @@ def test_fts_reading_past_the_first_page_ends(world, plugin, hermes_db):
     with hermes_db.HermesDB.open(plugin.hermes_env.HermesEnv.current()) as db:
         rows = db.fts_messages("messages_fts", '"heron"', {mine: mine}, 300, per_session=10)
     assert sorted(row["session_id"] for row in rows) == [mine, mine]
+
+
+# --------------------------------------------------------------------------- the process's memory
+
+
+def test_what_changes_between_two_searches_of_one_process_shows_in_the_second(world, plugin):
+    """The keyword path remembers each scope's message ids between calls (hermes_db.SessionMessages)
+    and reads only what is new: every change between two calls must show in the second, in every
+    mode that runs the keyword path, on the word table and on the trigram table."""
+    repo, other = world.folder("alpha"), world.folder("beta")
+    alpha = world.project("Alpha", repo)
+    beta = world.project("Beta", other)
+    old = world.session(repo, [("user", "the kestrel build is slow"), ("assistant", "kestrel noted")])
+    elsewhere = world.session(other, [("user", "kestrel in another project")])
+    now = world.session(repo)
+
+    def found(query: str = "kestrel", mode: str = "keyword") -> list[str]:
+        return sorted(session_ids(world.search(now, query, mode=mode, limit=10)))
+
+    assert found() == [old]  # the first call builds the memory of Alpha's messages
+    # A message appended to a session already known, and a session new to the project.
+    world.add(old, [("user", "a later turn about the gannet")])
+    newer = world.session(repo, [("user", "a fresh kestrel thread")])
+    assert found() == sorted([old, newer])
+    assert found("gannet") == [old]
+    assert found("kestrel", mode="hybrid") == sorted([old, newer])  # semantic off: keyword rows
+    # Rewound messages vanish at once, restored ones come back (liveness is never remembered).
+    first = world.message_rows(newer)[0]["id"]
+    world.db.rewind_to_message(newer, first)
+    assert found() == [old]
+    assert world.db.restore_rewound(newer, first) == 1
+    assert found() == sorted([old, newer])
+    # A session moved in from another project brings its messages; one moved out takes its own.
+    assert world.move(elsewhere, alpha)["success"] is True
+    assert found() == sorted([old, newer, elsewhere])
+    assert world.move(newer, beta)["success"] is True
+    assert found() == sorted([old, elsewhere])
+    # CJK through the trigram table (4 characters), in a turn added after the memory was built.
+    world.add(old, [("assistant", "迁移脚本已经完成")])
+    assert found("迁移脚本") == [old]
+
+
+def test_the_memory_of_message_ids_belongs_to_one_file(world, hermes_db, tmp_path):
+    """Two state.db files with the same sessions but other messages under the same ids (a home
+    restored from elsewhere under the same path): asked with the second file's identity, the
+    register must read that file afresh, not answer from what it knows of the first."""
+    from hermes_state import SessionDB
+
+    shared = new_session_id()
+    other = new_session_id()
+    files = {}
+    for name, layout in (
+        ("first", [(shared, "user", "osprey"), (other, "user", "tern"), (other, "user", "gannet")]),
+        ("second", [(shared, "user", "osprey"), (shared, "user", "gannet"), (other, "user", "tern")]),
+    ):
+        path = tmp_path / name / "state.db"
+        path.parent.mkdir()
+        db = SessionDB(db_path=path)
+        for sid in (shared, other):
+            db.create_session(sid, "cli", cwd=str(tmp_path))
+        ids = [db.append_message(sid, role, text) for sid, role, text in layout]
+        db.close()
+        files[name] = (path, ids)
+    register = hermes_db.SessionMessages()
+    answers = []
+    for name in ("first", "second"):
+        path, ids = files[name]
+        conn = hermes_db.connect_readonly(path)
+        try:
+            st = path.stat()
+            answers.append(register.members(conn, (st.st_dev, st.st_ino), [shared]))
+        finally:
+            conn.close()
+    (_, first_ids), (_, second_ids) = files["first"], files["second"]
+    assert max(first_ids) == max(second_ids)  # nothing new by id: only the identity tells them apart
+    assert answers == [{first_ids[0]}, {second_ids[0], second_ids[1]}]
