@@ -217,11 +217,9 @@ def _save_plugin_settings(values: dict[str, Any]) -> None:
 
 def _embedder(env: Any) -> Any:
     """The configured provider, its runtime checked first; raises what ``_describe`` explains."""
-    from .embedders import make_embedder
-    from .semantic import require_runtime
+    from .semantic import embedder_for
 
-    require_runtime(env.settings.embedding)
-    return make_embedder(env.settings.embedding, env.api_key())
+    return embedder_for(env)
 
 
 # --------------------------------------------------------------------------- status

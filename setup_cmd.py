@@ -341,7 +341,7 @@ def write_config(values: dict[str, Any]) -> None:
 
 def check_embedding() -> str:
     """Embed the test text with the settings now in config.yaml; returns a one-line report."""
-    from .embedders import EmbeddingUnavailable, make_embedder
+    from .embedders import IDENTITY_FILE, EmbeddingUnavailable, make_embedder, remember_identity
     from .hermes_env import HermesEnv
 
     env = HermesEnv.current()
@@ -349,6 +349,7 @@ def check_embedding() -> str:
     try:
         embedder = make_embedder(env.settings.embedding, env.api_key())
         vector = embedder.embed_documents([TEST_TEXT])[0]
+        remember_identity(env.settings.embedding, embedder, env.data_dir / IDENTITY_FILE)
     except EmbeddingUnavailable as error:
         raise SetupError(f"the test text did not embed: {error}") from None
     return f"test text embedded: {len(vector)} dimensions in {time.monotonic() - started:.1f}s"
