@@ -22,7 +22,7 @@ import sqlite3
 import threading
 from array import array
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -174,16 +174,24 @@ class SessionMessages:
         self.top = 0  # every user/assistant message up to this id is in by_session, for its sessions
         self.by_session: dict[str, array] = {}
         self.scopes: OrderedDict[frozenset[str], set[int]] = OrderedDict()
+        self.asked: OrderedDict[frozenset[str], None] = OrderedDict()  # asked once, not loaded
 
     def _reset(self, ident: tuple[int, int] | None) -> None:
         self.ident, self.top = ident, 0
         self.by_session.clear()
         self.scopes.clear()
+        self.asked.clear()
 
     def members(
         self, conn: sqlite3.Connection, ident: tuple[int, int] | None, sessions: Iterable[str]
-    ) -> set[int]:
-        """The ids of every user/assistant message of these sessions, live or not, as of now."""
+    ) -> set[int] | None:
+        """The ids of every user/assistant message of these sessions, live or not, as of now; None
+        the first time a scope with sessions not known yet is asked for.
+
+        Loading a scope reads each of its messages' rows (67 ms for 100k messages, idle): more than
+        one search's join costs for most queries, and a process that searches once (every ``hermes
+        chat -q``) would never get it back. So a scope is loaded when it is asked for again.
+        """
         wanted = frozenset(sessions)
         with self.lock:
             if ident != self.ident:  # another file under the same path: nothing known holds
@@ -191,6 +199,11 @@ class SessionMessages:
             self._catch_up(conn)
             missing = [sid for sid in wanted if sid not in self.by_session]
             if missing:
+                if wanted not in self.asked:
+                    self.asked[wanted] = None
+                    while len(self.asked) > 2 * self.MAX_SCOPES:
+                        self.asked.popitem(last=False)
+                    return None
                 self._load(conn, missing)
             members = self.scopes.get(wanted)
             if members is None:
@@ -453,13 +466,19 @@ class HermesDB:
         """Live user/assistant messages of the sessions in ``in_scope`` matching ``match``, best
         bm25 first.
 
-        One FTS query shaped like Hermes's own ``search_messages`` (``MATCH``, ``ORDER BY rank``) on
-        the FTS table alone: the scope is a set of message ids (:class:`SessionMessages`) asked
-        through an SQL function, so bm25 is computed and sorted for in-scope rows only and no
-        out-of-scope row is ever joined (``docs/performance.md``: at 300k messages, 2-4x faster than
-        joining every match to ``messages``). Ordering by ``rank, rowid`` rather than ``rank`` alone
-        keeps FTS5 from ranking every match before the filter. The rows read are checked in blocks
-        for what can change (still live) and what must hold (the session is in scope).
+        One FTS query shaped like Hermes's own ``search_messages`` (``MATCH``, ``ORDER BY rank``),
+        with the scope applied before bm25 is sorted, in one of two ways that give the same rows:
+
+        * a scope this process knows (:class:`SessionMessages`) is a set of message ids asked
+          through an SQL function (``set.__contains__``), so FTS5 stays alone on its table and
+          computes bm25 for in-scope rows only; no out-of-scope row is ever joined (at 300k
+          messages 2-4x faster than the join, at or below ``search_messages``: docs/performance.md).
+          Ordering by ``rank, rowid`` rather than ``rank`` keeps FTS5 from ranking every match
+          first. The rows read are checked in blocks for what can change (still live) and what
+          must hold (the session is in scope);
+        * otherwise (a scope's first search in this process) every match is joined to
+          ``messages`` and filtered there (``CROSS JOIN`` keeps the FTS table outer: driven from
+          the scope's sessions, SQLite would re-run the MATCH per message).
 
         Rows stream in rank order, at most ``per_session`` (default :data:`PER_SESSION_SCAN`) per
         session (one conversation repeating a word hundreds of times cannot fill ``scan_limit`` and
@@ -470,43 +489,70 @@ class HermesDB:
         if table == "messages_fts" and len(self.schema.fts_columns) > 1:
             match = f"{{{self.schema.fts_columns[0]}}} : ({match})"  # upstream also indexes tool columns
         members = session_messages(self.env.state_db).members(self.conn, self.ident, in_scope)
-        self.conn.create_function("phr_in_scope", 1, members.__contains__)
         cursor = self.conn.cursor()
         cursor.row_factory = None
         kept: list[dict[str, Any]] = []
         taken: dict[str, int] = {}
         groups: set[str] = set()
         try:
-            cursor.execute(
-                f"SELECT f.rowid, f.rank FROM {table} f "
-                f"WHERE {table} MATCH ? AND phr_in_scope(f.rowid) ORDER BY f.rank, f.rowid",
-                (match,),
-            )
-            while block := cursor.fetchmany(FTS_BLOCK):
-                live = self._live_conversational([message_id for message_id, _ in block])
-                for message_id, rank in block:
-                    found = live.get(message_id)
-                    if found is None or found[0] not in in_scope:  # rewound since, or not ours
-                        continue
-                    session_id, role, timestamp = found
-                    if taken.get(session_id, 0) >= per_session:
-                        continue
-                    taken[session_id] = taken.get(session_id, 0) + 1
-                    groups.add(in_scope[session_id])
-                    kept.append(
-                        {
-                            "message_id": message_id,
-                            "session_id": session_id,
-                            "role": role,
-                            "timestamp": timestamp,
-                            "rank": rank,
-                        }
-                    )
-                    if len(kept) >= scan_limit or (enough_groups and len(groups) >= enough_groups):
-                        return self._with_content(kept)
+            for message_id, session_id, role, timestamp, rank in self._ranked(
+                cursor, table, match, in_scope, members
+            ):
+                if taken.get(session_id, 0) >= per_session:
+                    continue
+                taken[session_id] = taken.get(session_id, 0) + 1
+                groups.add(in_scope[session_id])
+                kept.append(
+                    {
+                        "message_id": message_id,
+                        "session_id": session_id,
+                        "role": role,
+                        "timestamp": timestamp,
+                        "rank": rank,
+                    }
+                )
+                if len(kept) >= scan_limit or (enough_groups and len(groups) >= enough_groups):
+                    break
         finally:
             cursor.close()
         return self._with_content(kept)
+
+    def _ranked(
+        self,
+        cursor: sqlite3.Cursor,
+        table: str,
+        match: str,
+        in_scope: Mapping[str, str],
+        members: set[int] | None,
+    ) -> Iterator[tuple[int, str, str, Any, float]]:
+        """(id, session, role, timestamp, rank) of the live in-scope matches, best first."""
+        if members is None:
+            yield from cursor.execute(
+                f"""
+                SELECT m.id, m.session_id, m.role, m.timestamp, f.rank
+                FROM {table} f
+                CROSS JOIN messages m ON m.id = f.rowid
+                WHERE {table} MATCH ?
+                  AND m.role IN ('user', 'assistant')
+                  AND {self.schema.live_message_sql}
+                  AND {_SCOPE_SQL}
+                ORDER BY f.rank, m.id
+                """,
+                (match, json.dumps(list(in_scope))),
+            )
+            return
+        self.conn.create_function("phr_in_scope", 1, members.__contains__)
+        cursor.execute(
+            f"SELECT f.rowid, f.rank FROM {table} f "
+            f"WHERE {table} MATCH ? AND phr_in_scope(f.rowid) ORDER BY f.rank, f.rowid",
+            (match,),
+        )
+        while block := cursor.fetchmany(FTS_BLOCK):
+            live = self._live_conversational([message_id for message_id, _ in block])
+            for message_id, rank in block:
+                found = live.get(message_id)
+                if found is not None and found[0] in in_scope:  # else rewound since, or not ours
+                    yield (message_id, *found, rank)
 
     def _live_conversational(self, message_ids: Sequence[int]) -> dict[int, tuple[str, str, Any]]:
         """(session, role, timestamp) of those of these messages that are live user/assistant rows."""
