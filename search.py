@@ -738,9 +738,14 @@ def run_search(
         windows = date_windows(query)
         below_floor = False
         keyword = []
+        # Hybrid: the semantic side runs beside the keyword path (its own connection, a worker).
+        beside = semantic.search_beside(env, scope, query, build_index) if mode == "hybrid" else None
         if mode != "semantic":
             keyword = keyword_messages(db, plan, in_scope, limit, only_best=mode == "keyword" and not windows)
-        outcome = semantic.search(env, db, scope, query, run=mode != "keyword", build=build_index)
+        if beside is not None:
+            outcome = beside.result()
+        else:
+            outcome = semantic.search(env, db, scope, query, run=mode != "keyword", build=build_index)
         # Both paths got the same scope; a row outside it is dropped all the same.
         semantic_rows = [
             {**row, "conversation": in_scope[row["session_id"]]}

@@ -16,6 +16,7 @@ or archived history never comes back even while its vectors are still stored.
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import importlib
 import logging
@@ -23,6 +24,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -402,6 +404,41 @@ def search(
         reason = describe_failure(error, env)
         logger.warning("semantic search unavailable: %s", reason, exc_info=True)
         return SemanticOutcome(status="unavailable", error=reason)
+
+
+_BESIDE: ThreadPoolExecutor | None = None
+_BESIDE_LOCK = threading.Lock()
+#: Searches whose semantic side can run at once (a gateway serves several conversations).
+BESIDE_WORKERS = 4
+
+
+def search_beside(env: HermesEnv, scope: Any, query: str, build: bool = True) -> Future[SemanticOutcome]:
+    """:func:`search` (``run=True``) on a worker thread, while the caller runs the keyword path.
+
+    A hybrid search's two paths wait on different things: SQLite's FTS query, and the query
+    embedding plus the matrix product (each releases the GIL). Run one after the other they add
+    up; side by side a hybrid search costs about the slower of the two (bench/scale.py, p00:
+    'compute_value retry_after' 72 -> 43 ms). The worker reads state.db through a read-only
+    connection of its own: SQLite serializes calls on one connection, and the keyword path
+    registers an SQL function, which SQLite refuses while another statement on it is active. The
+    caller's context variables (Hermes pins the home through one) go with it. Never raises.
+    """
+    global _BESIDE
+    context = contextvars.copy_context()
+
+    def work() -> SemanticOutcome:
+        try:
+            with HermesDB.open(env) as db:
+                return search(env, db, scope, query, run=True, build=build)
+        except Exception as error:  # opening state.db again; search() itself never raises
+            reason = describe_failure(error, env)
+            logger.warning("semantic search unavailable: %s", reason, exc_info=True)
+            return SemanticOutcome(status="unavailable", error=reason)
+
+    with _BESIDE_LOCK:
+        if _BESIDE is None:
+            _BESIDE = ThreadPoolExecutor(BESIDE_WORKERS, thread_name_prefix="project-history-semantic")
+        return _BESIDE.submit(context.run, work)
 
 
 def scope_file_key(scope: Any) -> str:

@@ -325,7 +325,9 @@ def _called_from_plugin() -> bool:
     return False
 
 
-def test_one_hybrid_search_opens_each_database_at_most_once(indexed, monkeypatch, tmp_path):
+def test_one_hybrid_search_opens_each_database_at_most_once_per_path(indexed, monkeypatch, tmp_path):
+    """state.db once for the keyword path and once for the semantic side, which runs beside it
+    on a worker (semantic.search_beside); projects.db and embeddings.db once."""
     warm = indexed.search(indexed.current, QUERY, mode="hybrid")
     assert warm["semantic_status"] == "ready", warm  # index complete: nothing runs in the background
 
@@ -360,5 +362,6 @@ def test_one_hybrid_search_opens_each_database_at_most_once(indexed, monkeypatch
         "projects.db": (indexed.home / "projects.db").resolve(),
         "embeddings.db": indexed.embeddings.resolve(),
     }
-    too_many = {name: counts[path] for name, path in files.items() if counts[path] > 1}
-    assert not too_many, f"opened more than once in one hybrid search: {too_many} (all: {dict(counts)})"
+    allowed = {"state.db": 2, "projects.db": 1, "embeddings.db": 1}
+    too_many = {name: counts[path] for name, path in files.items() if counts[path] > allowed[name]}
+    assert not too_many, f"opened too often in one hybrid search: {too_many} (all: {dict(counts)})"

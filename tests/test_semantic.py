@@ -229,3 +229,43 @@ def test_hybrid_says_nothing_when_nothing_is_close(project, plugin, monkeypatch)
     assert (
         session_ids(project.search(project.current, "invoice export", mode="hybrid"))[0] == project.invoices
     )
+
+
+def test_the_semantic_side_keeps_the_home_its_caller_pinned(project, plugin, server, tmp_path, monkeypatch):
+    """Hybrid runs the semantic side on a worker thread (semantic.search_beside). Hermes pins a
+    profile's home for the calling thread only (a context variable); the worker must see that
+    home too, or its inline indexing re-reads consent and settings from the process-wide one."""
+    from hermes_constants import reset_hermes_home_override, set_hermes_home_override
+
+    assert project.search(project.current, KEYWORD_MISS, mode="hybrid")["semantic_status"] == "ready"
+    idle = project.session(project.repo, [("user", "Customers are signed out whenever they go idle")])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    token = set_hermes_home_override(str(project.home))
+    monkeypatch.setenv("HERMES_HOME", str(elsewhere))  # no config, no consent there
+    try:
+        # Seen from the pinned home, Hermes names this profile "custom": consent as the user gives it.
+        enable_semantic(
+            plugin, model="e5-small", base_url=server.base_url, input_type=True, index_budget_seconds=60
+        )
+        result = project.search(project.current, "automatic logout of inactive users", mode="hybrid")
+    finally:
+        reset_hermes_home_override(token)
+    assert result["semantic_status"] == "ready", result  # indexed inline, in the pinned home
+    assert idle in session_ids(result), result
+
+
+def test_hybrid_searches_at_once_answer_as_one_alone(project):
+    """A gateway serves several conversations from one process: more hybrid searches at once than
+    there are semantic workers (semantic.BESIDE_WORKERS) all get the answer a lone search gets."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    queries = [KEYWORD_MISS, "invoice export", "CSV files on the share", "five minutes of inactivity"]
+    alone = {q: project.search(project.current, q, mode="hybrid") for q in queries}
+    assert all(r["semantic_status"] == "ready" for r in alone.values()), alone
+    with ThreadPoolExecutor(10) as pool:
+        together = list(
+            pool.map(lambda q: (q, project.search(project.current, q, mode="hybrid")), queries * 5)
+        )
+    for query, result in together:
+        assert result == alone[query], (query, result, alone[query])
