@@ -636,14 +636,43 @@ class HermesDB:
         an ``expression`` of ``("term", text)`` and ``("op", "AND" | "OR" | "NOT")`` items, when
         that boolean query holds, as FTS5 would read it. Ranked by how many terms a message
         contains, newest first among equals; at most :data:`PER_SESSION_SCAN` per session.
+
+        Every message of the scope is read, unless all terms must match and some have three
+        characters or more: then the trigram table names the candidates (a case-insensitive
+        substring index, so a superset of what LIKE accepts for those terms) and LIKE decides
+        for them alone. "数据库 缓存" in a 100k-message project: 95 -> 35 ms (docs/performance.md).
         """
         if not terms:
             return []
+        long_terms = [t for t in terms if len(t) >= 3]
+        if require_all and not expression and long_terms and self.schema.has_trigram:
+            match = " ".join('"' + t.replace('"', '""') + '"' for t in long_terms)
+            try:
+                return self._like(terms, session_ids, require_all, scan_limit, None, match)
+            except sqlite3.OperationalError as error:
+                logger.debug("trigram candidates for %r failed (%s); reading the scope", match, error)
+        return self._like(terms, session_ids, require_all, scan_limit, expression, None)
+
+    def _like(
+        self,
+        terms: Sequence[str],
+        session_ids: Sequence[str],
+        require_all: bool,
+        scan_limit: int,
+        expression: Sequence[tuple[str, str]] | None,
+        trigram_match: str | None,
+    ) -> list[dict[str, Any]]:
         hits = " + ".join(_like("m.content") for _ in terms)
         if expression:
             condition, condition_params = _like_boolean(expression, "content")
         else:
             condition, condition_params = "matched >= ?", [len(terms) if require_all else 1]
+        if trigram_match is None:
+            source, source_params = "messages m", []
+        else:  # CROSS JOIN keeps the FTS table outer (see fts_messages)
+            source = "messages_fts_trigram f CROSS JOIN messages m ON m.id = f.rowid"
+            source_params = [trigram_match]
+        match_sql = "messages_fts_trigram MATCH ? AND" if trigram_match is not None else ""
         sql = f"""
             SELECT message_id, session_id, role, content, timestamp, matched FROM (
                 SELECT *, ROW_NUMBER() OVER (
@@ -652,8 +681,8 @@ class HermesDB:
                 FROM (
                     SELECT m.id AS message_id, m.session_id, m.role, m.content, m.timestamp,
                            ({hits}) AS matched
-                    FROM messages m
-                    WHERE m.role IN ('user', 'assistant')
+                    FROM {source}
+                    WHERE {match_sql} m.role IN ('user', 'assistant')
                       AND {self.schema.live_message_sql}
                       AND {_SCOPE_SQL}
                 )
@@ -665,6 +694,7 @@ class HermesDB:
         """
         params = [
             *(_like_pattern(t) for t in terms),
+            *source_params,
             json.dumps(list(session_ids)),
             *condition_params,
             PER_SESSION_SCAN,

@@ -927,3 +927,35 @@ def test_the_memory_of_message_ids_belongs_to_one_file(world, hermes_db, tmp_pat
     (_, first_ids), (_, second_ids) = files["first"], files["second"]
     assert max(first_ids) == max(second_ids)  # nothing new by id: only the identity tells them apart
     assert answers == [None, {first_ids[0]}, None, {second_ids[0], second_ids[1]}]
+
+
+def test_short_and_long_cjk_terms_the_trigram_candidates_change_nothing(world, plugin, hermes_db):
+    """All terms must match and one has three characters: the trigram table names the candidates
+    and LIKE decides (HermesDB.like_messages). The rows must be exactly the full scan's: trigram
+    folds case (also of "É", which LIKE does not), LIKE decides; rewound and other projects' rows
+    stay out."""
+    repo, other = world.folder("alpha"), world.folder("beta")
+    world.project("Alpha", repo)
+    world.project("Beta", other)
+    both = world.session(repo, [("user", "数据库的缓存太慢"), ("assistant", "那就加大缓存")])
+    short_only = world.session(repo, [("user", "只有缓存")])
+    long_only = world.session(repo, [("user", "只有数据库")])
+    ascii_case = world.session(repo, [("user", "The API缓存 layer")])
+    accented = world.session(repo, [("user", "Éclair缓存 and éclair")])
+    rewound = world.session(repo)
+    (gone,) = world.add(rewound, [("user", "数据库缓存 rewound")])
+    world.db.rewind_to_message(rewound, gone)
+    world.session(other, [("user", "数据库缓存 elsewhere")])
+    now = world.session(repo)
+    # limit 1: the AND pass alone (with more asked for, the OR pass adds either term's sessions)
+    assert session_ids(world.search(now, "数据库 缓存", limit=1)) == [both]
+    assert session_ids(world.search(now, "api 缓存", limit=1)) == [ascii_case]
+    assert session_ids(world.search(now, "éclair 缓存", limit=1)) == [accented]
+    relaxed = set(session_ids(world.search(now, "数据库 缓存", limit=10)))
+    assert relaxed == {both, short_only, long_only, ascii_case, accented}  # never rewound or Beta's
+    env = plugin.hermes_env.HermesEnv.current()
+    scope = [both, short_only, long_only, ascii_case, accented, rewound]
+    with hermes_db.HermesDB.open(env) as db:
+        for terms in (["数据库", "缓存"], ["api", "缓存"], ["éclair", "缓存"], ["ÉCLAIR", "缓存"]):
+            scanned = db._like(terms, scope, True, 300, None, None)
+            assert db.like_messages(terms, scope, True, 300) == scanned, terms
