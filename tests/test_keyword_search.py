@@ -959,3 +959,21 @@ def test_short_and_long_cjk_terms_the_trigram_candidates_change_nothing(world, p
         for terms in (["数据库", "缓存"], ["api", "缓存"], ["éclair", "缓存"], ["ÉCLAIR", "缓存"]):
             scanned = db._like(terms, scope, True, 300, None, None)
             assert db.like_messages(terms, scope, True, 300) == scanned, terms
+
+
+def test_more_projects_than_the_process_keeps_sets_for_stay_exact(world, hermes_db):
+    """A gateway searches many projects: sets evicted (SessionMessages.MAX_SCOPES) are rebuilt
+    from the remembered per-session ids, which keep taking new messages meanwhile."""
+    names = [f"p{i}" for i in range(hermes_db.SessionMessages.MAX_SCOPES + 2)]
+    homes = {}
+    for name in names:
+        repo = world.folder(name)
+        world.project(name.upper(), repo)
+        homes[name] = (repo, world.session(repo, [("user", f"the {name} heron")]), world.session(repo))
+    for turn in range(3):  # the first turn joins, the second loads, the third rebuilds evicted sets
+        for name in names:
+            repo, old, now = homes[name]
+            word = f"heronnote{turn}{name}"  # in this new message only: no other row can stand in
+            world.add(old, [("assistant", f"the {word} is added")])
+            result = world.search(now, word, limit=10)
+            assert session_ids(result) == [old], (turn, name, result)
