@@ -394,10 +394,17 @@ def search(
     from a read-only look at the index. ``build=False`` (a terminal's search, whose process is
     about to exit) searches a complete index only and starts no indexing.
     """
-    embedding = env.settings.embedding
-    gate = semantic_gate(embedding, read_consent(env), scope.identity, env.profile)
+    gate = _gate(env, scope)
     if gate != "ok":
         return SemanticOutcome(status=gate)
+    return _guarded(env, db, scope, query, run, build)
+
+
+def _gate(env: HermesEnv, scope: Any) -> str:
+    return semantic_gate(env.settings.embedding, read_consent(env), scope.identity, env.profile)
+
+
+def _guarded(env: HermesEnv, db: HermesDB, scope: Any, query: str, run: bool, build: bool) -> SemanticOutcome:
     try:
         return _search(env, db, scope, query, run, build)
     except Exception as error:
@@ -421,16 +428,23 @@ def search_beside(env: HermesEnv, scope: Any, query: str, build: bool = True) ->
     'compute_value retry_after' 72 -> 43 ms). The worker reads state.db through a read-only
     connection of its own: SQLite serializes calls on one connection, and the keyword path
     registers an SQL function, which SQLite refuses while another statement on it is active. The
-    caller's context variables (Hermes pins the home through one) go with it. Never raises.
+    caller's context variables (Hermes pins the home through one) go with it. A project whose
+    history may not be embedded (no consent yet: most searches of a new user) gets its answer here,
+    without a worker or a connection. Never raises.
     """
     global _BESIDE
+    gate = _gate(env, scope)
+    if gate != "ok":
+        answered: Future[SemanticOutcome] = Future()
+        answered.set_result(SemanticOutcome(status=gate))
+        return answered
     context = contextvars.copy_context()
 
     def work() -> SemanticOutcome:
         try:
             with HermesDB.open(env) as db:
-                return search(env, db, scope, query, run=True, build=build)
-        except Exception as error:  # opening state.db again; search() itself never raises
+                return _guarded(env, db, scope, query, True, build)
+        except Exception as error:  # opening state.db again; _guarded itself never raises
             reason = describe_failure(error, env)
             logger.warning("semantic search unavailable: %s", reason, exc_info=True)
             return SemanticOutcome(status="unavailable", error=reason)

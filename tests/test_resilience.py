@@ -365,3 +365,29 @@ def test_one_hybrid_search_opens_each_database_at_most_once_per_path(indexed, mo
     allowed = {"state.db": 2, "projects.db": 1, "embeddings.db": 1}
     too_many = {name: counts[path] for name, path in files.items() if counts[path] > allowed[name]}
     assert not too_many, f"opened too often in one hybrid search: {too_many} (all: {dict(counts)})"
+
+
+def test_a_hybrid_search_without_consent_opens_state_db_once(world, monkeypatch):
+    """Hybrid is the tool's default and a new user has given no consent: the semantic side answers
+    ``consent_required`` in the caller, with no worker and no second connection to state.db."""
+    repo = world.folder("app")
+    world.project("App", repo)
+    world.session(repo, [("user", "the ledger migration")])
+    current = world.session(repo)
+    opened: list[Path] = []
+    real_connect = sqlite3.connect
+
+    def recording_connect(database, *args, **kwargs):
+        if _called_from_plugin():
+            path = _database_file(database, bool(kwargs.get("uri")))
+            if path is not None:
+                opened.append(path)
+        return real_connect(database, *args, **kwargs)
+
+    world.search(current, QUERY, mode="hybrid")  # the process's first search opens its data watch
+    monkeypatch.setattr(sqlite3, "connect", recording_connect)
+    result = world.search(current, QUERY, mode="hybrid")
+    monkeypatch.setattr(sqlite3, "connect", real_connect)
+    assert result["semantic_status"] == "consent_required", result
+    assert session_ids(result), result
+    assert collections.Counter(opened)[(world.home / "state.db").resolve()] == 1, opened
