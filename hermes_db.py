@@ -15,6 +15,7 @@ holding only ``async_delegations`` the first time ``model_tools`` is imported (s
 from __future__ import annotations
 
 import inspect
+import itertools
 import json
 import logging
 import os
@@ -37,8 +38,9 @@ HIDDEN_SOURCES = ("subagent", "tool")
 MULTIMODAL_PREFIX = "\x00json:"
 # Matching messages read per session in one query step: a search returns one message per session.
 PER_SESSION_SCAN = 5
-# FTS rows checked for liveness and session per statement while a ranked FTS query is read.
-FTS_BLOCK = 256
+# FTS rows checked for liveness and session per statement while a ranked FTS query is read: small
+# first (keyword mode often needs three conversations), larger as more is read.
+FTS_BLOCKS = (32, 128, 512)
 
 ChunkKey = tuple[str, int, int]  # (session_id, message_id, chunk_index)
 #: A session's active messages: (newest id, count, sum of ids). Hermes appends messages and only
@@ -549,7 +551,10 @@ class HermesDB:
             f"WHERE {table} MATCH ? AND phr_in_scope(f.rowid) ORDER BY f.rank, f.rowid",
             (match,),
         )
-        while block := cursor.fetchmany(FTS_BLOCK):
+        for step in itertools.count():
+            block = cursor.fetchmany(FTS_BLOCKS[min(step, len(FTS_BLOCKS) - 1)])
+            if not block:
+                return
             live = self._live_conversational([message_id for message_id, _ in block])
             for message_id, rank in block:
                 found = live.get(message_id)
