@@ -835,8 +835,8 @@ def model_identity(embedding: EmbeddingSettings, remembered: Path) -> ModelIdent
     """
     if embedding.provider in ("openai", "voyage"):
         return ModelIdentity(_remote_fingerprint(embedding))
-    if embedding.provider != "local":
-        return None
+    if embedding.provider != "local" or not embedding.model_path:
+        return None  # loading says what is wrong
     key = _local_key(embedding)
     if key is None:
         return None
@@ -850,7 +850,7 @@ def model_identity(embedding: EmbeddingSettings, remembered: Path) -> ModelIdent
 def remember_identity(embedding: EmbeddingSettings, embedder: Any, remembered: Path) -> None:
     """Record a loaded local model's identity for :func:`model_identity` (atomically, 0600; a
     derived file: failing to write it only means the next keyword search loads the model)."""
-    if embedding.provider != "local":
+    if embedding.provider != "local" or not embedding.model_path:
         return
     identity = {
         "fingerprint": embedder.fingerprint,

