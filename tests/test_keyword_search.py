@@ -284,7 +284,8 @@ def test_tool_messages_are_never_returned(world):
     world.db.append_message(sid, "tool", "flamingo.txt listed", tool_name="terminal", tool_call_id="c1")
     world.db.append_message(sid, "tool", "鹦鹉螺档案 listed", tool_name="terminal", tool_call_id="c2")
     now = world.session(repo)
-    for query in ("flamingo", "鹦鹉螺档案", "鹦鹉"):
+    # Twice each: a scope's first search joins, later ones ask its id set, which holds tool rows.
+    for query in ("flamingo", "鹦鹉螺档案", "鹦鹉") * 2:
         assert world.search(now, query)["results"] == [], query
 
 
@@ -977,3 +978,27 @@ def test_more_projects_than_the_process_keeps_sets_for_stay_exact(world, hermes_
             world.add(old, [("assistant", f"the {word} is added")])
             result = world.search(now, word, limit=10)
             assert session_ids(result) == [old], (turn, name, result)
+
+
+def test_a_scope_is_loaded_by_its_second_search_not_by_the_second_pass_of_its_first(
+    world, hermes_db, monkeypatch
+):
+    """A one-search process (every ``hermes chat -q``) must not pay for loading its scope's ids,
+    even when its search makes an AND and an OR pass; the next search loads them, once."""
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    world.session(repo, [("user", "the pelican rollout"), ("assistant", "pelican noted")])
+    now = world.session(repo)
+    loads = []
+    real_load = hermes_db.SessionMessages._load
+    monkeypatch.setattr(
+        hermes_db.SessionMessages,
+        "_load",
+        lambda self, conn, ids: (loads.append(len(ids)), real_load(self, conn, ids))[1],
+    )
+    relaxed = world.search(now, "pelican migration plan", limit=10)  # AND finds nothing: OR pass too
+    assert session_ids(relaxed) and loads == [], loads
+    assert session_ids(world.search(now, "pelican migration plan", limit=10)) == session_ids(relaxed)
+    assert loads == [1], loads
+    world.search(now, "pelican")
+    assert loads == [1], loads
