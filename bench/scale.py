@@ -942,6 +942,7 @@ def measure_variant(
     base = ["--variant", variant, *source_args(source), "--repeats", str(args.repeats)]
     report: dict = {"index_build": ensure_variant(manifest, variant, source, args.seed)}
     if "keyword" in only:
+        page_cache(variant_home(variant), keep=True)  # a fresh process of a home in daily use
         report["keyword"] = child(["--child", "keyword", *base])
     if "hybrid" in only:
         report["hybrid"] = []
