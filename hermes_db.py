@@ -433,6 +433,36 @@ class HermesDB:
             found.update(row[0] for row in rows)
         return found
 
+    def conversations_matching(self, table: str, match: str, in_scope: Mapping[str, str], enough: int) -> int:
+        """How many of ``in_scope``'s conversations (its values) have a live user/assistant message
+        matching ``match``, counted up to ``enough``: reading stops there.
+
+        Unranked (no bm25, no sort), so a word's rows are read in index order and a common word stops
+        early. For ``search.common_words``.
+        """
+        if table == "messages_fts" and len(self.schema.fts_columns) > 1:
+            match = f"{{{self.schema.fts_columns[0]}}} : ({match})"
+        sql = f"""
+            SELECT m.session_id
+            FROM {table} f
+            CROSS JOIN messages m ON m.id = f.rowid
+            WHERE {table} MATCH ?
+              AND m.role IN ('user', 'assistant')
+              AND {self.schema.live_message_sql}
+              AND {_SCOPE_SQL}
+        """
+        found: set[str] = set()
+        cursor = self.conn.cursor()
+        cursor.row_factory = None
+        try:
+            for (session_id,) in cursor.execute(sql, (match, json.dumps(list(in_scope)))):
+                found.add(in_scope[session_id])
+                if len(found) >= enough:
+                    break
+        finally:
+            cursor.close()
+        return len(found)
+
     def like_messages(
         self,
         terms: Sequence[str],

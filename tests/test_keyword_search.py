@@ -850,3 +850,45 @@ def test_fts_reading_past_the_first_page_ends(world, plugin, hermes_db):
     with hermes_db.HermesDB.open(plugin.hermes_env.HermesEnv.current()) as db:
         rows = db.fts_messages("messages_fts", '"heron"', {mine: mine}, 300, per_session=10)
     assert sorted(row["session_id"] for row in rows) == [mine, mine]
+
+
+# --------------------------------------------------------------------- words every conversation has
+
+
+def test_a_word_nearly_every_conversation_has_does_not_decide_the_ranking(world, plugin, monkeypatch):
+    search = importlib.import_module(f"{plugin.__name__}.search")
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    for i in range(10):  # "Orion" greets in every one of them, like a name or the project's own
+        filler = [("assistant", f"filler note {i} {j}") for j in range(6)]
+        last = ("user", f"the test run {i}" if i < 4 else "bye")
+        world.session(repo, [("user", "Hey Orion!"), *filler, last])
+    decoy = world.session(repo, [("user", "Orion, the test")])
+    flaky = world.session(repo, [("user", "it was flaky")])
+    now = world.session(repo)
+    # 11 of the 12 conversations say "Orion": the other words decide.
+    assert session_ids(world.search(now, "Orion flaky test", limit=1)) == [flaky]
+    monkeypatch.setattr(search, "COMMON_SHARE", 1.0)  # nothing is common: the name's bm25 decides
+    assert session_ids(world.search(now, "Orion flaky test", limit=1)) == [decoy]
+
+
+def test_common_words_need_enough_conversations_and_a_word_left(world, plugin, hermes_db):
+    search = importlib.import_module(f"{plugin.__name__}.search")
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    sessions = [world.session(repo, [("user", f"orion deploy {i}")]) for i in range(9)]
+    env = plugin.hermes_env.HermesEnv.current()
+
+    def common(query: str, scope: list[str] | None = None) -> frozenset[str]:
+        with hermes_db.HermesDB.open(env) as db:
+            return search.common_words(db, search.plan_query(query), {s: s for s in scope or sessions})
+
+    assert common("orion deploys") == frozenset()  # 9 conversations: no statistic
+    sessions += [world.session(repo, [("user", f"orion standup {i}")]) for i in range(3)]
+    assert common("orion deploys") == {"orion"}  # 12 of 12 say orion, 9 of 12 deploy
+    assert common("Orion's deploys?") == {"orion"}  # as bare words
+    assert common("orion") == frozenset()  # one topical word: nothing to rank by instead
+    assert common("orion standup") == {"orion"}  # standup: 3 of 12
+    deploys = sessions[:9] + [world.session(repo, [("user", "deploy orion")]) for _ in range(3)]
+    assert common("orion deploy", deploys) == frozenset()  # both in all 12: nothing would be left
+    assert common("orion OR nebula") == frozenset()  # the user's operators stand as written
