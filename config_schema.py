@@ -39,7 +39,10 @@ class EmbeddingSettings:
     enabled: bool = False
     # Fusion (spec §十一 leaves these to measurement; bench/README.md has the tables behind the values).
     rrf_k: int = 5
-    keyword_weight: float = 3.0
+    # 1.5 since the semantic query leaves out the words every conversation has (docs/quality.md,
+    # round 4): semantic any@5 rose from 0.78-0.80 to 0.91-0.93, and 3.0 let keyword's deep ranks
+    # push e5's better ones out (tune all@10 below keyword's).
+    keyword_weight: float = 1.5
     semantic_weight: float = 1.0
     # Hybrid answers nothing when no result has strong evidence (search.has_evidence): the
     # semantic side's minimum lift; -1 = the value measured for the model (RELEVANCE_FLOOR_BY_MODEL),

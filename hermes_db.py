@@ -24,7 +24,7 @@ import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +146,19 @@ def _detect_schema(conn: sqlite3.Connection) -> StateSchema:
     )
 
 
+@dataclass
+class ScopeIds:
+    """One scope's messages as the process remembers them: each id's session (``owner``, asked
+    through ``owner.__contains__`` by FTS5), and answers about the scope
+    (:meth:`HermesDB.in_conversations`), kept until the scope gains a message. A rewind or restore
+    in another session does not clear them: they decide which words rank, never what is in scope
+    or what may be returned, and a message later restored is re-counted when the scope next grows.
+    """
+
+    owner: dict[int, str]
+    answers: dict[tuple, bool] = field(default_factory=dict)
+
+
 class SessionMessages:
     """Which message ids each session holds, for one ``state.db``, remembered by the process and
     brought up to date by reading only the messages added since the last call.
@@ -153,8 +166,8 @@ class SessionMessages:
     Why it exists: FTS5 knows nothing of sessions, so a scope filter used to join every match to
     ``messages``, in scope or not, before bm25 was sorted. At 300k messages the join cost more than
     the match itself (a common word matches a third of the table, most of it in other projects).
-    A set of the scope's message ids, registered as an SQL function (``set.__contains__``, called
-    from C), lets FTS5 stay alone on its table and compute bm25 for in-scope rows only: 2-4x faster
+    The scope's message ids, registered as an SQL function (``dict.__contains__``, called from C),
+    let FTS5 stay alone on its table and compute bm25 for in-scope rows only: 2-4x faster
     than the join and faster than Hermes's own ``search_messages`` for the same MATCH
     (``docs/performance.md``).
 
@@ -166,8 +179,8 @@ class SessionMessages:
     (:meth:`HermesDB.fts_messages`): a tool row can be ranked, never returned.
     """
 
-    #: Scope sets kept at once. A set costs ~70 bytes per message (7 MiB for 100k); rebuilding one
-    #: from the per-session arrays (8 bytes per message, all kept) takes 6 ms per 100k, so a process
+    #: Scopes kept at once. One costs ~80 bytes per message (8 MiB for 100k); rebuilding it from
+    #: the per-session arrays (8 bytes per message, all kept) takes 11 ms per 100k, so a process
     #: searching more projects than this (a gateway) pays that, never the SQL load again.
     MAX_SCOPES = 2
     #: More new messages than this since the last call: forget everything and load what is asked
@@ -179,7 +192,7 @@ class SessionMessages:
         self.ident: tuple[int, int] | None = None
         self.top = 0  # every user/assistant message up to this id is in by_session, for its sessions
         self.by_session: dict[str, array] = {}
-        self.scopes: OrderedDict[frozenset[str], set[int]] = OrderedDict()
+        self.scopes: OrderedDict[frozenset[str], ScopeIds] = OrderedDict()
         self.asked: OrderedDict[frozenset[str], None] = OrderedDict()  # asked once, not loaded
 
     def _reset(self, ident: tuple[int, int] | None) -> None:
@@ -189,14 +202,19 @@ class SessionMessages:
         self.asked.clear()
 
     def members(
-        self, conn: sqlite3.Connection, ident: tuple[int, int] | None, sessions: Iterable[str]
-    ) -> set[int] | None:
-        """The ids of every message of these sessions, live or not, as of now; None the first time
-        a scope with sessions not known yet is asked for.
+        self,
+        conn: sqlite3.Connection,
+        ident: tuple[int, int] | None,
+        sessions: Iterable[str],
+        load: bool = False,
+    ) -> ScopeIds | None:
+        """Every message of these sessions, live or not, as of now; None the first time a scope
+        with sessions not known yet is asked for.
 
         Loading a scope costs more than one search's join for most queries, and a process that
         searches once (every ``hermes chat -q``) would never get it back. So a scope is loaded when
-        a later search asks for it again (a search asks once: :meth:`HermesDB.scope_members`).
+        a later search asks for it again (a search asks once: :meth:`HermesDB.scope_members`), or
+        at once with ``load``.
         """
         wanted = frozenset(sessions)
         with self.lock:
@@ -205,23 +223,23 @@ class SessionMessages:
             self._catch_up(conn)
             missing = [sid for sid in wanted if sid not in self.by_session]
             if missing:
-                if wanted not in self.asked:
+                if not load and wanted not in self.asked:
                     self.asked[wanted] = None
                     while len(self.asked) > 2 * self.MAX_SCOPES:
                         self.asked.popitem(last=False)
                     return None
                 self._load(conn, missing)
-            members = self.scopes.get(wanted)
-            if members is None:
-                members = set()
+            scope = self.scopes.get(wanted)
+            if scope is None:
+                owner: dict[int, str] = {}
                 for sid in wanted:
-                    members.update(self.by_session[sid])
-                self.scopes[wanted] = members
+                    owner.update(dict.fromkeys(self.by_session[sid], sid))
+                scope = self.scopes[wanted] = ScopeIds(owner)
                 while len(self.scopes) > self.MAX_SCOPES:
                     self.scopes.popitem(last=False)
             else:
                 self.scopes.move_to_end(wanted)
-            return members
+            return scope
 
     def _catch_up(self, conn: sqlite3.Connection) -> None:
         top = conn.execute("SELECT max(id) FROM messages").fetchone()[0] or 0
@@ -240,9 +258,10 @@ class SessionMessages:
             if ids is None:
                 continue
             ids.append(message_id)
-            for sessions, members in self.scopes.items():
+            for sessions, scope in self.scopes.items():
                 if session_id in sessions:
-                    members.add(message_id)
+                    scope.owner[message_id] = session_id
+                    scope.answers.clear()  # the scope gained a message: counts may have grown
         self.top = top
 
     def _load(self, conn: sqlite3.Connection, session_ids: Sequence[str]) -> None:
@@ -337,7 +356,7 @@ class HermesDB:
         self.schema = schema
         self.ident = ident  # (device, inode) of state.db: which file the process's memory is of
         self._projects: list[dict[str, Any]] | None = None
-        self._members: dict[frozenset[str], set[int] | None] = {}
+        self._members: dict[frozenset[str], ScopeIds | None] = {}
 
     @classmethod
     def open(cls, env: HermesEnv) -> HermesDB:
@@ -522,13 +541,14 @@ class HermesDB:
             cursor.close()
         return self._with_content(kept)
 
-    def scope_members(self, session_ids: Iterable[str]) -> set[int] | None:
+    def scope_members(self, session_ids: Iterable[str], load: bool = False) -> ScopeIds | None:
         """:meth:`SessionMessages.members` for this call, asked once per scope however many FTS
-        passes the search makes (a first search's OR pass must not load what its AND pass joined)."""
+        passes the search makes (a first search's OR pass must not load what its AND pass joined);
+        ``load``: now, for a caller that cannot do without it."""
         wanted = frozenset(session_ids)
-        if wanted not in self._members:
+        if self._members.get(wanted) is None and (load or wanted not in self._members):
             register = session_messages(self.env.state_db)
-            self._members[wanted] = register.members(self.conn, self.ident, wanted)
+            self._members[wanted] = register.members(self.conn, self.ident, wanted, load=load)
         return self._members[wanted]
 
     def _ranked(
@@ -537,7 +557,7 @@ class HermesDB:
         table: str,
         match: str,
         in_scope: Mapping[str, str],
-        members: set[int] | None,
+        members: ScopeIds | None,
     ) -> Iterator[tuple[int, str, str, Any, float]]:
         """(id, session, role, timestamp, rank) of the live in-scope matches, best first."""
         if members is None:
@@ -555,7 +575,7 @@ class HermesDB:
                 (match, json.dumps(list(in_scope))),
             )
             return
-        self.conn.create_function("phr_in_scope", 1, members.__contains__)
+        self.conn.create_function("phr_in_scope", 1, members.owner.__contains__)
         cursor.execute(
             f"SELECT f.rowid, f.rank FROM {table} f "
             f"WHERE {table} MATCH ? AND phr_in_scope(f.rowid) ORDER BY f.rank, f.rowid",
@@ -638,6 +658,73 @@ class HermesDB:
             ).fetchall()
             found.update(row[0] for row in rows)
         return found
+
+    def in_conversations(self, table: str, match: str, in_scope: Mapping[str, str], at_least: int) -> bool:
+        """Do at least ``at_least`` of ``in_scope``'s conversations (its values) have a live
+        user/assistant message matching ``match``? For ``search.common_words``.
+
+        Counting by joining every global match cost 25-50 ms per word at 300k messages, whatever
+        the project's size. Here FTS5 asks the scope's ids (:meth:`scope_members`, loaded now if
+        need be) and knows each row's session from them, so only one row per conversation not yet
+        counted is checked for role and liveness (in batches; a row that fails gives way to the
+        conversation's next); reading stops once enough are counted. The answer is kept with the
+        scope until it gains a message (:class:`ScopeIds`).
+        """
+        scope = self.scope_members(in_scope, load=True)
+        key = (table, match, at_least)
+        known = scope.answers.get(key)
+        if known is not None:
+            return known
+        if table == "messages_fts" and len(self.schema.fts_columns) > 1:
+            match = f"{{{self.schema.fts_columns[0]}}} : ({match})"
+        owner = scope.owner
+        self.conn.create_function("phr_in_scope", 1, owner.__contains__)
+        counted: set[str] = set()
+        waiting: dict[str, list[int]] = {}  # conversation -> its rows not checked yet, oldest first
+        batch: dict[str, int] = {}  # conversation -> the row being checked for it
+
+        def check() -> None:
+            live = self._live_conversational(list(batch.values()))
+            for conversation, message_id in batch.items():
+                if message_id in live:
+                    counted.add(conversation)
+                    waiting.pop(conversation, None)
+            batch.clear()
+            for conversation, rows in list(waiting.items()):  # the next row of each that failed
+                if rows:
+                    batch[conversation] = rows.pop(0)
+
+        cursor = self.conn.cursor()
+        cursor.row_factory = None
+        answer = False
+        try:
+            cursor.execute(
+                f"SELECT f.rowid FROM {table} f WHERE {table} MATCH ? AND phr_in_scope(f.rowid)", (match,)
+            )
+            for (message_id,) in cursor:
+                conversation = in_scope.get(owner[message_id])
+                if conversation is None or conversation in counted:
+                    continue
+                if conversation in batch or conversation in waiting:
+                    waiting.setdefault(conversation, []).append(message_id)
+                    continue
+                batch[conversation] = message_id
+                if len(batch) >= 256:
+                    check()
+                    if len(counted) >= at_least:
+                        answer = True
+                        break
+            while not answer and (batch or any(waiting.values())):
+                if not batch:  # rows that came after their conversation's last check
+                    for conversation, rows in waiting.items():
+                        if rows:
+                            batch[conversation] = rows.pop(0)
+                check()
+                answer = len(counted) >= at_least
+        finally:
+            cursor.close()
+        scope.answers[key] = answer
+        return answer
 
     def like_messages(
         self,

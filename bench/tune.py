@@ -85,8 +85,13 @@ class Inputs:
             for q in questions:
                 found = scopes[q.conversation]
                 plan = search.plan_query(q.text)
-                self.keyword.append(search.keyword_messages(db, plan, found.conversation_of, LIMIT))
-                vector = embedder.embed_query(q.text)
+                # As run_search: words nearly every conversation has are left out of the relaxed
+                # keyword pass and of the semantic query (search.common_words).
+                common = search.common_words(db, plan, found.conversation_of)
+                self.keyword.append(
+                    search.keyword_messages(db, plan, found.conversation_of, LIMIT, leave_out=common)
+                )
+                vector = embedder.embed_query(search.without_words(q.text, common))
                 per_k = {}
                 for top_k in top_ks:
                     hits = semantic.top_messages(matrices[q.conversation], vector, top_k)

@@ -922,7 +922,9 @@ def test_the_memory_of_message_ids_belongs_to_one_file(world, hermes_db, tmp_pat
         try:
             st = path.stat()
             # A scope is loaded when it is asked for the second time (the first search joins).
-            answers += [register.members(conn, (st.st_dev, st.st_ino), [shared]) for _ in range(2)]
+            for _ in range(2):
+                scope = register.members(conn, (st.st_dev, st.st_ino), [shared])
+                answers.append(None if scope is None else set(scope.owner))
         finally:
             conn.close()
     (_, first_ids), (_, second_ids) = files["first"], files["second"]
@@ -1002,3 +1004,78 @@ def test_a_scope_is_loaded_by_its_second_search_not_by_the_second_pass_of_its_fi
     assert loads == [1], loads
     world.search(now, "pelican")
     assert loads == [1], loads
+
+
+# --------------------------------------------------------------------- words every conversation has
+
+
+def test_a_word_nearly_every_conversation_has_does_not_decide_the_ranking(world, plugin, monkeypatch):
+    search = importlib.import_module(f"{plugin.__name__}.search")
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    for i in range(10):  # "Orion" greets in every one of them, like a name or the project's own
+        filler = [("assistant", f"filler note {i} {j}") for j in range(6)]
+        last = ("user", f"the test run {i}" if i < 4 else "bye")
+        world.session(repo, [("user", "Hey Orion!"), *filler, last])
+    decoy = world.session(repo, [("user", "Orion, the test")])
+    flaky = world.session(repo, [("user", "it was flaky")])
+    now = world.session(repo)
+    # 11 of the 12 conversations say "Orion": the other words decide.
+    assert session_ids(world.search(now, "Orion flaky test", limit=1)) == [flaky]
+    monkeypatch.setattr(search, "COMMON_SHARE", 1.0)  # nothing is common: the name's bm25 decides
+    assert session_ids(world.search(now, "Orion flaky test", limit=1)) == [decoy]
+
+
+def test_common_words_need_enough_conversations_and_a_word_left(world, plugin, hermes_db):
+    search = importlib.import_module(f"{plugin.__name__}.search")
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    sessions = [world.session(repo, [("user", f"orion deploy {i}")]) for i in range(9)]
+    env = plugin.hermes_env.HermesEnv.current()
+
+    def common(query: str, scope: list[str] | None = None) -> frozenset[str]:
+        with hermes_db.HermesDB.open(env) as db:
+            return search.common_words(db, search.plan_query(query), {s: s for s in scope or sessions})
+
+    assert common("orion deploys") == frozenset()  # 9 conversations: no statistic
+    sessions += [world.session(repo, [("user", f"orion standup {i}")]) for i in range(3)]
+    assert common("orion deploys") == {"orion"}  # 12 of 12 say orion, 9 of 12 deploy
+    assert common("Orion's deploys?") == {"orion"}  # as bare words
+    assert common("orion") == frozenset()  # one topical word: nothing to rank by instead
+    assert common("orion standup") == {"orion"}  # standup: 3 of 12
+    deploys = sessions[:9] + [world.session(repo, [("user", "deploy orion")]) for _ in range(3)]
+    assert common("orion deploy", deploys) == frozenset()  # both in all 12: nothing would be left
+    assert common("orion OR nebula") == frozenset()  # the user's operators stand as written
+
+
+def test_counting_conversations_that_have_a_word_is_exact(world, plugin, hermes_db):
+    """HermesDB.in_conversations (search.common_words) counts a conversation once one of its live
+    user/assistant messages matches: rows of tool messages and rewound ones are read (the scope's
+    ids hold every role) but must not count, and a conversation whose first matching row fails
+    must still count through a later one. More conversations than one batch of checks."""
+    repo, other = world.folder("alpha"), world.folder("beta")
+    world.project("Alpha", repo)
+    world.project("Beta", other)
+    sessions = []
+    for i in range(300):
+        sid = world.session(repo)
+        kind = i % 10
+        if kind in (0, 1):
+            world.db.append_message(sid, "tool", "zebra in a listing", tool_name="t", tool_call_id=f"c{i}")
+        if kind in (2, 3):
+            (gone,) = world.add(sid, [("user", "a zebra said once")])
+            world.db.rewind_to_message(sid, gone)
+        if kind in (1, 3) or kind > 3:
+            world.add(sid, [("assistant", "the zebra crossing")])
+        sessions.append(sid)
+    for _ in range(5):
+        world.session(other, [("user", "zebra elsewhere")])
+    in_scope = {sid: sid for sid in sessions}
+    env = plugin.hermes_env.HermesEnv.current()
+    with hermes_db.HermesDB.open(env) as db:
+        answers = {n: db.in_conversations("messages_fts", '"zebra"', in_scope, n) for n in (1, 240, 241)}
+        assert answers == {1: True, 240: True, 241: False}
+        assert db.in_conversations("messages_fts", '"zebra"', in_scope, 241) is False  # remembered
+    world.add(sessions[0], [("user", "a zebra at last")])  # the scope gains a message
+    with hermes_db.HermesDB.open(env) as db:
+        assert db.in_conversations("messages_fts", '"zebra"', in_scope, 241) is True

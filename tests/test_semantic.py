@@ -269,3 +269,72 @@ def test_hybrid_searches_at_once_answer_as_one_alone(project):
         )
     for query, result in together:
         assert result == alone[query], (query, result, alone[query])
+
+
+def _queries(server) -> list[str]:
+    """Texts the provider was asked to embed as queries, in order."""
+    texts = []
+    for body in server.bodies:
+        if body.get("input_type") == "query":
+            texts += body["input"] if isinstance(body["input"], list) else [body["input"]]
+    return texts
+
+
+@pytest.fixture
+def greeted(world, server, plugin):
+    """Twelve conversations, eleven of them greeting "Orion" (a name every session of a project has)."""
+    import hermes_plugins.project_history_recall.semantic as semantic
+
+    semantic.COOLDOWN.reset()
+    enable_semantic(
+        plugin, model="e5-small", base_url=server.base_url, input_type=True, index_budget_seconds=60
+    )
+    world.repo = world.folder("app", git=True)
+    world.project("App", world.repo)
+    for i in range(11):
+        world.session(world.repo, [("user", f"Orion, standup {i}: nothing new"), ("assistant", "ok")])
+    world.flaky = world.session(world.repo, [("user", "the integration test was flaky again")])
+    world.current = world.session(world.repo, [("user", "hi")])
+    world.search(world.current, "warm the index", mode="semantic")
+    server.reset()
+    return world
+
+
+def test_the_semantic_query_leaves_out_a_word_every_conversation_has(greeted, server):
+    result = greeted.search(greeted.current, "What did Orion say about the flaky test?", mode="semantic")
+    assert _queries(server) == ["What did say about the flaky test?"]
+    assert session_ids(result)[0] == greeted.flaky
+
+
+def test_the_relevance_floor_judges_the_query_as_asked(greeted, server, plugin, monkeypatch):
+    import hermes_plugins.project_history_recall.search as search
+    import hermes_plugins.project_history_recall.semantic as semantic
+
+    monkeypatch.setattr(semantic, "MIN_BACKGROUND_CHUNKS", 1)  # judge even this small project
+    asked = "Orion flaky"
+    # The ranking embeds the query without "Orion"; when its rows fall short of the floor, the
+    # query as asked is judged too (its vector, and the keyword rows with "Orion").
+    monkeypatch.setattr(search, "has_evidence", lambda keyword, semantic_rows, floor, terms=None: False)
+    calls = []
+    monkeypatch.setattr(search, "_evidence_as_asked", lambda *args: calls.append(args[3]) or True)
+    assert session_ids(greeted.search(greeted.current, asked, mode="hybrid"))[0] == greeted.flaky
+    assert calls == [asked]
+    assert _queries(server) == ["flaky"]
+    monkeypatch.setattr(search, "_evidence_as_asked", lambda *args: False)
+    result = greeted.search(greeted.current, asked, mode="hybrid")
+    assert result["results"] == [] and "relevance floor" in result["message"]
+
+
+def test_evidence_as_asked_embeds_and_searches_the_whole_query(greeted, server, plugin, monkeypatch):
+    import hermes_plugins.project_history_recall.search as search
+    import hermes_plugins.project_history_recall.semantic as semantic
+
+    monkeypatch.setattr(semantic, "MIN_BACKGROUND_CHUNKS", 1)
+    env = plugin.hermes_env.HermesEnv.current()
+    with plugin.hermes_db.HermesDB.open(env) as db:
+        scope = plugin.scope.ProjectMap(db).resolve_scope(greeted.current, "")
+        assert search._evidence_as_asked(env, db, scope, "Orion flaky", 3, 1e-6, 2)
+        assert not search._evidence_as_asked(env, db, scope, "Orion flaky", 3, 0.999, 2)
+        monkeypatch.setattr(search, "KEYWORD_EVIDENCE_PER_TERM", 0.0)  # any keyword row is evidence
+        assert search._evidence_as_asked(env, db, scope, "Orion flaky", 3, 0.999, 2)
+    assert _queries(server) == ["Orion flaky", "Orion flaky"]  # the third answered from keyword rows
