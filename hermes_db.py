@@ -157,6 +157,18 @@ class ScopeIds:
 
     owner: dict[int, str]
     answers: dict[tuple, bool] = field(default_factory=dict)
+    low: int = 0  # the smallest and largest id of the scope: FTS5 reads only that range
+    high: int = 0
+
+    def __post_init__(self) -> None:
+        if self.owner and not self.high:
+            self.low, self.high = min(self.owner), max(self.owner)
+
+    def add(self, message_id: int, session_id: str) -> None:
+        self.owner[message_id] = session_id
+        self.low = min(self.low, message_id) if self.low else message_id
+        self.high = max(self.high, message_id)
+        self.answers.clear()  # the scope gained a message: counts may have grown
 
 
 class SessionMessages:
@@ -260,8 +272,7 @@ class SessionMessages:
             ids.append(message_id)
             for sessions, scope in self.scopes.items():
                 if session_id in sessions:
-                    scope.owner[message_id] = session_id
-                    scope.answers.clear()  # the scope gained a message: counts may have grown
+                    scope.add(message_id, session_id)
         self.top = top
 
     def _load(self, conn: sqlite3.Connection, session_ids: Sequence[str]) -> None:
@@ -577,9 +588,9 @@ class HermesDB:
             return
         self.conn.create_function("phr_in_scope", 1, members.owner.__contains__)
         cursor.execute(
-            f"SELECT f.rowid, f.rank FROM {table} f "
-            f"WHERE {table} MATCH ? AND phr_in_scope(f.rowid) ORDER BY f.rank, f.rowid",
-            (match,),
+            f"SELECT f.rowid, f.rank FROM {table} f WHERE {table} MATCH ? "
+            f"AND f.rowid BETWEEN ? AND ? AND phr_in_scope(f.rowid) ORDER BY f.rank, f.rowid",
+            (match, members.low, members.high),
         )
         for step in itertools.count():
             block = cursor.fetchmany(FTS_BLOCKS[min(step, len(FTS_BLOCKS) - 1)])
@@ -664,11 +675,13 @@ class HermesDB:
         user/assistant message matching ``match``? For ``search.common_words``.
 
         Counting by joining every global match cost 25-50 ms per word at 300k messages, whatever
-        the project's size. Here FTS5 asks the scope's ids (:meth:`scope_members`, loaded now if
-        need be) and knows each row's session from them, so only one row per conversation not yet
-        counted is checked for role and liveness (in batches; a row that fails gives way to the
-        conversation's next); reading stops once enough are counted. The answer is kept with the
-        scope until it gains a message (:class:`ScopeIds`).
+        the project's size. Here FTS5 reads only the scope's id range and asks the scope's ids
+        (:meth:`scope_members`, loaded now if need be), which name each row's session, so only one
+        row per conversation not yet counted is checked for role and liveness (in batches; a row
+        that fails gives way to the conversation's next); reading stops once enough are counted.
+        A word in every conversation of a 100k-message project: ~14 ms; of a 2.5k-message one:
+        ~2 ms (grouping the rows per session in SQL instead was slower: it cannot stop early). The
+        answer is kept with the scope until it gains a message (:class:`ScopeIds`).
         """
         scope = self.scope_members(in_scope, load=True)
         key = (table, match, at_least)
@@ -699,7 +712,9 @@ class HermesDB:
         answer = False
         try:
             cursor.execute(
-                f"SELECT f.rowid FROM {table} f WHERE {table} MATCH ? AND phr_in_scope(f.rowid)", (match,)
+                f"SELECT f.rowid FROM {table} f WHERE {table} MATCH ? "
+                "AND f.rowid BETWEEN ? AND ? AND phr_in_scope(f.rowid)",
+                (match, scope.low, scope.high),
             )
             for (message_id,) in cursor:
                 conversation = in_scope.get(owner[message_id])
