@@ -92,3 +92,14 @@ def test_relevance_floor_per_model(plugin):
     assert config_schema.relevance_floor(settings(model="multilingual-e5-small")) == 0.22
     assert config_schema.relevance_floor(settings(model="text-embedding-3-small")) == 0.22
     assert config_schema.relevance_floor(settings(model="e5", relevance_floor=0)) == 0
+
+
+def test_recent_conversations_keep_whole_conversations_newest_first(plugin):
+    """common_words judges a large scope by its most recent conversations: the sessions of the
+    last ``count`` conversations (in scope order, oldest first), a compressed one whole."""
+    recent = plugin.search.recent_conversations
+    scope = {"s1": "c1", "s2": "c2", "s3": "c1", "s4": "c3", "s5": "c4", "s6": "c4"}
+    assert recent(scope, 2) == {"s5": "c4", "s6": "c4", "s4": "c3"}
+    assert recent(scope, 3) == {"s1": "c1", "s3": "c1", "s4": "c3", "s5": "c4", "s6": "c4"}
+    assert recent(scope, 10) == scope
+    assert recent({}, 5) == {}

@@ -1079,3 +1079,21 @@ def test_counting_conversations_that_have_a_word_is_exact(world, plugin, hermes_
     world.add(sessions[0], [("user", "a zebra at last")])  # the scope gains a message
     with hermes_db.HermesDB.open(env) as db:
         assert db.in_conversations("messages_fts", '"zebra"', in_scope, 241) is True
+
+
+def test_a_large_scope_judges_common_words_by_its_recent_conversations(world, plugin, hermes_db, monkeypatch):
+    """More conversations than search.COMMON_RECENT_CONVERSATIONS: a word in every one of the most
+    recent is common, though it is in only 80 % of all (under COMMON_SHARE)."""
+    search = plugin.search
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    sessions = [world.session(repo, [("user", "an old note")]) for _ in range(50)]
+    sessions += [world.session(repo, [("user", f"heron status {i}")]) for i in range(200)]
+    world.add(sessions[-1], [("assistant", "the migration plan")])
+    in_scope = {sid: sid for sid in sessions}
+    env = plugin.hermes_env.HermesEnv.current()
+    with hermes_db.HermesDB.open(env) as db:
+        plan = search.plan_query("heron migration")
+        assert search.common_words(db, plan, in_scope) == {"heron"}
+        monkeypatch.setattr(search, "COMMON_RECENT_CONVERSATIONS", 1000)
+        assert search.common_words(db, plan, in_scope) == frozenset()
