@@ -193,8 +193,11 @@ class SessionMessages:
 
     #: Scopes kept at once. One costs ~80 bytes per message (8 MiB for 100k); rebuilding it from
     #: the per-session arrays (8 bytes per message, all kept) takes 11 ms per 100k, so a process
-    #: searching more projects than this (a gateway) pays that, never the SQL load again.
-    MAX_SCOPES = 2
+    #: searching more projects than this (a gateway) pays that, never the SQL load again. A
+    #: project of more than ``search.COMMON_RECENT_CONVERSATIONS`` conversations uses two (its
+    #: scope, and its recent conversations that ``search.common_words`` counts in, whose answers go
+    #: with the set): four keep two such projects' answers while a gateway alternates between them.
+    MAX_SCOPES = 4
     #: More new messages than this since the last call: forget everything and load what is asked
     #: (reading only the scope's sessions), instead of reading every new message of the home.
     MAX_CATCH_UP = 50_000
