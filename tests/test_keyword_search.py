@@ -1097,3 +1097,31 @@ def test_a_large_scope_judges_common_words_by_its_recent_conversations(world, pl
         assert search.common_words(db, plan, in_scope) == {"heron"}
         monkeypatch.setattr(search, "COMMON_RECENT_CONVERSATIONS", 1000)
         assert search.common_words(db, plan, in_scope) == frozenset()
+
+
+def test_a_gateway_alternating_two_large_projects_keeps_their_common_word_answers(
+    world, plugin, hermes_db, monkeypatch
+):
+    """A project of more than COMMON_RECENT_CONVERSATIONS conversations uses two id sets (its
+    scope, and the recent conversations common_words counts in, which carry the answers). Two
+    such projects searched in turn must keep all four: once both are loaded, no set is rebuilt
+    and no word is counted again (fails with room for two sets only)."""
+    monkeypatch.setattr(plugin.search, "COMMON_RECENT_CONVERSATIONS", 10)
+    now = {}
+    for name in ("alpha", "beta"):
+        repo = world.folder(name)
+        world.project(name.title(), repo)
+        for i in range(12):
+            world.session(repo, [("user", f"heron status {i}"), ("assistant", f"heron noted {i}")])
+        world.session(repo, [("user", "the migration plan")])
+        now[name] = world.session(repo)
+    built: list[int] = []
+    real_scope_ids = hermes_db.ScopeIds
+    monkeypatch.setattr(hermes_db, "ScopeIds", lambda *a, **k: built.append(1) or real_scope_ids(*a, **k))
+    per_turn = []
+    for _ in range(3):  # joins (common words load their sets), then loads the scopes, then has all
+        built.clear()
+        for name in ("alpha", "beta"):
+            assert world.search(now[name], "heron migration")["success"]
+        per_turn.append(len(built))
+    assert per_turn == [2, 2, 0], per_turn
