@@ -320,18 +320,27 @@ def _kw_session(replay: Replay, arg: str) -> Hooks:
     """Keyword conversations by best + λ·2nd + λ²·3rd message strength; ``λ/keep/hybrid_only``."""
     lam, keep, hybrid_only = _args(arg, 0.3, 0, 0)
     S = replay.search
+
+    def key_for(plan):
+        def key(group, members):
+            st = _strengths(S, members)
+            return sum(v * lam**i for i, v in enumerate(st[:3]))
+
+        return key
+
+    return _keyword_reordered(S, key_for, int(keep), bool(hybrid_only))
+
+
+def _keyword_reordered(S: Any, key_for, keep: int, hybrid_only: bool) -> Hooks:
+    """Hooks whose keyword pass reorders its conversations by ``key_for(plan)`` (see
+    :func:`_reorder_sessions`); with ``hybrid_only`` keyword mode's own pass is left alone."""
     plain = S.keyword_messages
 
     def keyword_messages(db, plan, in_scope, want, *, only_best=False, **narrowed):
         rows = plain(db, plan, in_scope, want, only_best=only_best, **narrowed)
         if hybrid_only and only_best:
             return rows
-
-        def key(group, members):
-            st = _strengths(S, members)
-            return sum(v * lam**i for i, v in enumerate(st[:3]))
-
-        return _reorder_sessions(rows, key, int(keep))
+        return _reorder_sessions(rows, key_for(plan), keep)
 
     return Hooks(keyword_messages=keyword_messages)
 
@@ -355,12 +364,8 @@ def _kw_cover(replay: Replay, arg: str) -> Hooks:
     matching messages cover − those of its best message)); ``γ/keep/hybrid_only``."""
     gamma, keep, hybrid_only = _args(arg, 0.2, 0, 0)
     S = replay.search
-    plain = S.keyword_messages
 
-    def keyword_messages(db, plan, in_scope, want, *, only_best=False, **narrowed):
-        rows = plain(db, plan, in_scope, want, only_best=only_best, **narrowed)
-        if hybrid_only and only_best:
-            return rows
+    def key_for(plan):
         patterns = _term_patterns(S, plan)
 
         def covered(row):
@@ -374,9 +379,9 @@ def _kw_cover(replay: Replay, arg: str) -> Hooks:
             union = set().union(*(covered(r) for r in members))
             return best * (1 + gamma * (len(union) - len(covered(members[0]))))
 
-        return _reorder_sessions(rows, key, int(keep))
+        return key
 
-    return Hooks(keyword_messages=keyword_messages)
+    return _keyword_reordered(S, key_for, int(keep), bool(hybrid_only))
 
 
 @variant("sem_agg")

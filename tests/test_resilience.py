@@ -15,6 +15,7 @@ lands; see the module docstring of ``faults.py`` for how root is made to honour 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import shutil
@@ -301,6 +302,26 @@ def test_keyword_search_leaves_a_read_only_embeddings_db_untouched(indexed, tmp_
     assert not any(p.exists() for p in faults.companions(db))
 
 
+@contextlib.contextmanager
+def _plugin_connects():
+    """The database files the plugin's own code connects to inside the block, in order."""
+    opened: list[Path] = []
+    real_connect = sqlite3.connect
+
+    def recording_connect(database, *args, **kwargs):
+        if _called_from_plugin():
+            path = _database_file(database, bool(kwargs.get("uri")))
+            if path is not None:
+                opened.append(path)
+        return real_connect(database, *args, **kwargs)
+
+    sqlite3.connect = recording_connect
+    try:
+        yield opened
+    finally:
+        sqlite3.connect = real_connect
+
+
 def _database_file(database, uri: bool) -> Path | None:
     """The file a ``sqlite3.connect`` argument names (``file:...?mode=ro`` URIs included)."""
     name = os.fspath(database)
@@ -325,34 +346,22 @@ def _called_from_plugin() -> bool:
     return False
 
 
-def test_one_hybrid_search_opens_each_database_at_most_once_per_path(indexed, monkeypatch, tmp_path):
+def test_one_hybrid_search_opens_each_database_at_most_once_per_path(indexed, tmp_path):
     """state.db once for the keyword path and once for the semantic side, which runs beside it
     on a worker (semantic.search_beside); projects.db and embeddings.db once."""
     warm = indexed.search(indexed.current, QUERY, mode="hybrid")
     assert warm["semantic_status"] == "ready", warm  # index complete: nothing runs in the background
 
-    opened: list[Path] = []
-    real_connect = sqlite3.connect
-
-    def recording_connect(database, *args, **kwargs):
-        if _called_from_plugin():
-            path = _database_file(database, bool(kwargs.get("uri")))
-            if path is not None:
-                opened.append(path)
-        return real_connect(database, *args, **kwargs)
-
-    monkeypatch.setattr(sqlite3, "connect", recording_connect)
-    # The recorder itself: a connect from a plugin module's code counts, one from the test does not.
-    probe: dict = {"__name__": PLUGIN_MODULE + ".probe", "sqlite3": sqlite3}
-    exec("def probe(path):\n    sqlite3.connect(path, uri=True).close()\n", probe)
-    scratch = tmp_path / "probe.db"
-    probe["probe"](f"file:{scratch}?mode=rwc")
-    sqlite3.connect(scratch).close()
-    assert opened == [scratch.resolve()], opened
-    opened.clear()
-
-    result = indexed.search(indexed.current, QUERY, mode="hybrid")
-    monkeypatch.setattr(sqlite3, "connect", real_connect)
+    with _plugin_connects() as opened:
+        # The recorder itself: a connect from a plugin module's code counts, one from the test does not.
+        probe: dict = {"__name__": PLUGIN_MODULE + ".probe", "sqlite3": sqlite3}
+        exec("def probe(path):\n    sqlite3.connect(path, uri=True).close()\n", probe)
+        scratch = tmp_path / "probe.db"
+        probe["probe"](f"file:{scratch}?mode=rwc")
+        sqlite3.connect(scratch).close()
+        assert opened == [scratch.resolve()], opened
+        opened.clear()
+        result = indexed.search(indexed.current, QUERY, mode="hybrid")
 
     assert result["semantic_status"] == "ready", result
     assert set(indexed.baseline) <= set(session_ids(result)), result
@@ -367,27 +376,16 @@ def test_one_hybrid_search_opens_each_database_at_most_once_per_path(indexed, mo
     assert not too_many, f"opened too often in one hybrid search: {too_many} (all: {dict(counts)})"
 
 
-def test_a_hybrid_search_without_consent_opens_state_db_once(world, monkeypatch):
+def test_a_hybrid_search_without_consent_opens_state_db_once(world):
     """Hybrid is the tool's default and a new user has given no consent: the semantic side answers
     ``consent_required`` in the caller, with no worker and no second connection to state.db."""
     repo = world.folder("app")
     world.project("App", repo)
     world.session(repo, [("user", "the ledger migration")])
     current = world.session(repo)
-    opened: list[Path] = []
-    real_connect = sqlite3.connect
-
-    def recording_connect(database, *args, **kwargs):
-        if _called_from_plugin():
-            path = _database_file(database, bool(kwargs.get("uri")))
-            if path is not None:
-                opened.append(path)
-        return real_connect(database, *args, **kwargs)
-
     world.search(current, QUERY, mode="hybrid")  # the process's first search opens its data watch
-    monkeypatch.setattr(sqlite3, "connect", recording_connect)
-    result = world.search(current, QUERY, mode="hybrid")
-    monkeypatch.setattr(sqlite3, "connect", real_connect)
+    with _plugin_connects() as opened:
+        result = world.search(current, QUERY, mode="hybrid")
     assert result["semantic_status"] == "consent_required", result
     assert session_ids(result), result
     assert collections.Counter(opened)[(world.home / "state.db").resolve()] == 1, opened

@@ -38,8 +38,9 @@ def enable_semantic(plugin, **embedding) -> None:
     plugin.consent.write_consent(env, record)
 
 
-@pytest.fixture
-def project(world, server, plugin):
+def _app_project(world, server, plugin) -> str:
+    """Semantic search on (e5-small behind the test server, consent given) and ``world.repo``, a
+    git folder of the project "App"; its id."""
     import hermes_plugins.project_history_recall.semantic as semantic
 
     semantic.COOLDOWN.reset()
@@ -47,7 +48,12 @@ def project(world, server, plugin):
         plugin, model="e5-small", base_url=server.base_url, input_type=True, index_budget_seconds=60
     )
     world.repo = world.folder("app", git=True)
-    world.pid = world.project("App", world.repo)
+    return world.project("App", world.repo)
+
+
+@pytest.fixture
+def project(world, server, plugin):
+    world.pid = _app_project(world, server, plugin)
     world.expiry = world.session(
         world.repo,
         [
@@ -283,14 +289,7 @@ def _queries(server) -> list[str]:
 @pytest.fixture
 def greeted(world, server, plugin):
     """Twelve conversations, eleven of them greeting "Orion" (a name every session of a project has)."""
-    import hermes_plugins.project_history_recall.semantic as semantic
-
-    semantic.COOLDOWN.reset()
-    enable_semantic(
-        plugin, model="e5-small", base_url=server.base_url, input_type=True, index_budget_seconds=60
-    )
-    world.repo = world.folder("app", git=True)
-    world.project("App", world.repo)
+    _app_project(world, server, plugin)
     for i in range(11):
         world.session(world.repo, [("user", f"Orion, standup {i}: nothing new"), ("assistant", "ok")])
     world.flaky = world.session(world.repo, [("user", "the integration test was flaky again")])
