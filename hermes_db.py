@@ -524,8 +524,7 @@ class HermesDB:
         ``enough_groups`` reading stops once that many conversations have a message, since nothing
         read later can rank above them. Contents are read for the kept rows only.
         """
-        if table == "messages_fts" and len(self.schema.fts_columns) > 1:
-            match = f"{{{self.schema.fts_columns[0]}}} : ({match})"  # upstream also indexes tool columns
+        match = self._text_match(table, match)
         members = self.scope_members(in_scope)
         cursor = self.conn.cursor()
         cursor.row_factory = None
@@ -554,6 +553,13 @@ class HermesDB:
         finally:
             cursor.close()
         return self._with_content(kept)
+
+    def _text_match(self, table: str, match: str) -> str:
+        """``match`` limited to the message text: upstream's ``messages_fts`` also indexes tool
+        columns."""
+        if table == "messages_fts" and len(self.schema.fts_columns) > 1:
+            return f"{{{self.schema.fts_columns[0]}}} : ({match})"
+        return match
 
     def scope_members(self, session_ids: Iterable[str], load: bool = False) -> ScopeIds | None:
         """:meth:`SessionMessages.members` for this call, asked once per scope however many FTS
@@ -691,13 +697,17 @@ class HermesDB:
         known = scope.answers.get(key)
         if known is not None:
             return known
-        if table == "messages_fts" and len(self.schema.fts_columns) > 1:
-            match = f"{{{self.schema.fts_columns[0]}}} : ({match})"
+        match = self._text_match(table, match)
         owner = scope.owner
         self.conn.create_function("phr_in_scope", 1, owner.__contains__)
         counted: set[str] = set()
         waiting: dict[str, list[int]] = {}  # conversation -> its rows not checked yet, oldest first
         batch: dict[str, int] = {}  # conversation -> the row being checked for it
+
+        def refill() -> None:  # the next row of each conversation not decided, not being checked
+            for conversation, rows in waiting.items():
+                if rows and conversation not in batch:
+                    batch[conversation] = rows.pop(0)
 
         def check() -> None:
             live = self._live_conversational(list(batch.values()))
@@ -706,9 +716,7 @@ class HermesDB:
                     counted.add(conversation)
                     waiting.pop(conversation, None)
             batch.clear()
-            for conversation, rows in list(waiting.items()):  # the next row of each that failed
-                if rows:
-                    batch[conversation] = rows.pop(0)
+            refill()
 
         cursor = self.conn.cursor()
         cursor.row_factory = None
@@ -733,10 +741,7 @@ class HermesDB:
                         answer = True
                         break
             while not answer and (batch or any(waiting.values())):
-                if not batch:  # rows that came after their conversation's last check
-                    for conversation, rows in waiting.items():
-                        if rows:
-                            batch[conversation] = rows.pop(0)
+                refill()  # rows that came after their conversation's last check
                 check()
                 answer = len(counted) >= at_least
         finally:

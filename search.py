@@ -162,10 +162,8 @@ class QueryPlan:
         stem's prefix (``"paint"*`` finds painted, painting and paints, which unicode61, with no
         stemmer in Hermes's table, keeps apart); identifiers, paths, numbers, user phrases and
         prefixes exact."""
-        word = bare_word(term.text)
-        if not term.prefix and " " not in term.text and len(word) > 3 and word.isascii() and word.isalpha():
-            return Term(light_stem(word), prefix=True).fts
-        return term.fts
+        stem = stem_prefix(term)
+        return Term(stem, prefix=True).fts if stem else term.fts
 
     def match_words(self, leave_out: frozenset[str] = frozenset()) -> str:
         """:meth:`match_any` for the word-tokenised table (:meth:`word_match` per term), without the
@@ -219,6 +217,15 @@ def _split_phrases(text: str) -> list[tuple[str, bool]]:
         pieces.append((rest[start + 1 : end], True))
         rest = rest[end + 1 :]
     return pieces
+
+
+def stem_prefix(term: Term) -> str | None:
+    """The stem a plain English word is searched by, as a prefix, in the word-tokenised table
+    (:meth:`QueryPlan.word_match`); None for identifiers, paths, numbers, phrases and prefixes."""
+    word = bare_word(term.text)
+    if not term.prefix and " " not in term.text and len(word) > 3 and word.isascii() and word.isalpha():
+        return light_stem(word)
+    return None
 
 
 def plan_query(query: str) -> QueryPlan:
@@ -305,9 +312,11 @@ def common_words(db: HermesDB, plan: QueryPlan, in_scope: Mapping[str, str]) -> 
     words: dict[str, Term] = {}
     for term in plan.topical():
         words.setdefault(bare_word(term.text), term)
+    if len(words) < 2:
+        return frozenset()
     judged = recent_conversations(in_scope, COMMON_RECENT_CONVERSATIONS)
     conversations = len(set(judged.values()))
-    if len(words) < 2 or conversations < COMMON_MIN_CONVERSATIONS:
+    if conversations < COMMON_MIN_CONVERSATIONS:
         return frozenset()
     needed = int(COMMON_SHARE * conversations) + 1
     common = set()

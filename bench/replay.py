@@ -350,9 +350,9 @@ def _term_patterns(search: Any, plan: Any) -> list[Any]:
 
     patterns = []
     for term in plan.topical():
-        word = search.bare_word(term.text)
-        if not term.prefix and " " not in term.text and len(word) > 3 and word.isascii() and word.isalpha():
-            patterns.append(re.compile(r"\b" + re.escape(search.light_stem(word)), re.IGNORECASE))
+        word, stem = search.bare_word(term.text), search.stem_prefix(term)
+        if stem:
+            patterns.append(re.compile(r"\b" + re.escape(stem), re.IGNORECASE))
         elif word:
             patterns.append(re.compile(r"\b" + re.escape(word) + r"\b", re.IGNORECASE))
     return patterns
@@ -427,11 +427,7 @@ def _spread(replay: Replay, db: Any, term: Any, in_scope: dict) -> float:
     S = replay.search
     key = (term.fts, id(in_scope))
     if key not in _SPREAD:
-        word = S.bare_word(term.text)
-        simple = (
-            not term.prefix and " " not in term.text and len(word) > 3 and word.isascii() and word.isalpha()
-        )
-        match = S.Term(S.light_stem(word), prefix=True).fts if simple else term.fts
+        match = S.QueryPlan.word_match(term)
         try:
             rows = db.fts_messages("messages_fts", match, in_scope, 10**6, per_session=1)
         except Exception:
