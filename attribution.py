@@ -16,11 +16,12 @@ the desktop (``docs/scope.md``):
 - ``.`` and ``..`` segments are resolved lexically (``/x/app/../app2`` is ``/x/app2``), and a
   ``..`` never climbs above the root, a drive or a UNC share. A relative path is no place.
 
-Symlinks are resolved by the caller (:mod:`scope` passes every path through
-:func:`git_roots.real_path` first), because that needs the filesystem; nothing here does I/O.
+Symlinks are resolved by the caller (:mod:`projects.scope` passes every path through
+:func:`projects.git.real_path` first), because that needs the filesystem; nothing here does I/O.
 Callers pass the session row, the projects (``projects_db`` dicts with their folders) and the
-roots that can never be an automatic repo. Every search path decides "same project" through
-:func:`same_project`, so keyword and semantic results can never disagree about scope.
+roots that can never be an automatic repo. :func:`scope_key` is the one rule of "same project":
+:class:`projects.ProjectMap` groups every session by it once, and the keyword and the semantic
+path both receive that group, so they can never disagree about scope.
 """
 
 from __future__ import annotations
@@ -76,11 +77,6 @@ def path_parts(path: str | None) -> Parts:
             continue
         parts.append(segment.casefold() if windows else segment)
     return tuple(parts)
-
-
-def path_segments(path: str | None) -> tuple[str, ...]:
-    """The normalised segments of a path, without its root kind (``()`` for the root itself)."""
-    return path_parts(path)[1:]
 
 
 def path_key(path: str | None) -> str:
@@ -152,7 +148,7 @@ class FolderIndex:
         return None, -1
 
 
-class Junk:
+class ExcludedRoots:
     """Git roots that are never an automatic project (the desktop's ``_is_repo_junk``).
 
     ``roots``: never a project themselves (the home folder); ``trees``: never, and nothing
@@ -172,16 +168,15 @@ def resolve_project(
     session_row: Mapping[str, Any],
     projects: Sequence[Mapping[str, Any]] | FolderIndex,
     *,
-    junk_roots: Iterable[str] = (),
-    junk: Junk | None = None,
+    excluded: ExcludedRoots | None = None,
 ) -> Identity:
     """The project identity of one session row (spec §3.1).
 
     - ``{"kind": "explicit", "id", "name"}``: the cwd or the (trusted) git root lies in a folder
       of a project in ``projects.db``; the deeper folder wins, a tie goes to the cwd.
-    - ``{"kind": "auto", "key"}``: no explicit folder, but a trusted git root that is not junk
-      (``junk``, or the exact ``junk_roots``): the home folder and anything under ``HERMES_HOME``
-      are never a project, as on the desktop.
+    - ``{"kind": "auto", "key"}``: no explicit folder, but a trusted git root that is not
+      ``excluded``: the home folder and anything under ``HERMES_HOME`` are never a project, as on
+      the desktop.
     - ``{"kind": "home"}``: neither.
     """
     index = projects if isinstance(projects, FolderIndex) else FolderIndex(projects)
@@ -200,8 +195,7 @@ def resolve_project(
 
     if repo_root:
         key = path_key(repo_root)
-        blocked = (junk is not None and repo_root in junk) or repo_root in Junk(roots=junk_roots)
-        if key and not blocked:
+        if key and not (excluded is not None and repo_root in excluded):
             return {"kind": "auto", "key": key}
     return dict(HOME)
 
@@ -219,21 +213,6 @@ def scope_key(identity: Mapping[str, Any]) -> tuple[str, str]:
 def same_project(identity: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
     """The one rule of scoping: same identity, and never Home (Home is no project)."""
     return scope_key(identity)[0] != "home" and scope_key(identity) == scope_key(other)
-
-
-def sessions_in_project(
-    identity: Mapping[str, Any],
-    session_rows: Iterable[Mapping[str, Any]],
-    projects: Sequence[Mapping[str, Any]] | FolderIndex,
-    *,
-    junk_roots: Iterable[str] = (),
-) -> list[str]:
-    """Ids of the sessions whose own identity equals ``identity``, in the order given."""
-    index = projects if isinstance(projects, FolderIndex) else FolderIndex(projects)
-    junk = Junk(roots=junk_roots)
-    return [
-        row["id"] for row in session_rows if same_project(identity, resolve_project(row, index, junk=junk))
-    ]
 
 
 def conversation_roots(continues: Mapping[str, str | None]) -> dict[str, str]:

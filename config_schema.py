@@ -8,14 +8,14 @@ frozen :class:`Settings` comes out, with a message for every value that was reje
 value never stops the plugin: it keeps the default and says so (``hermes project-history status``
 prints the messages, searches log them).
 
-No I/O happens here: :attr:`hermes_env.HermesEnv.settings` reads the YAML and passes the two sections in.
+No I/O happens here: :attr:`store.HermesEnv.settings` reads the YAML and passes the two sections in.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -99,7 +99,6 @@ _RULES: dict[str, tuple[type, Any, str]] = {
     "index_budget_seconds": (float, lambda v: 0 <= v <= 600, "a number of seconds from 0 to 600"),
 }
 
-EMBEDDING_KEYS = tuple(f.name for f in fields(EmbeddingSettings))
 
 # relevance_floor measured on LoCoMo (docs/quality.md): the lift below which a question asked in
 # the wrong project is told "nothing" while recall in the right project holds (any@5 -0.001).

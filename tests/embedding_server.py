@@ -52,7 +52,7 @@ def _backend(model: str | EmbedFn) -> tuple[EmbedFn, str]:
 
         from models import minilm_model_dir
 
-        embedders = importlib.import_module("hermes_plugins.project_history_recall.embedders")
+        embedders = importlib.import_module("hermes_plugins.project_history_recall.semantic.providers")
         schema = importlib.import_module("hermes_plugins.project_history_recall.config_schema")
         local = embedders.make_embedder(
             schema.EmbeddingSettings(provider="local", model_path=str(minilm_model_dir())), None

@@ -61,7 +61,7 @@ def enable_local_semantic(plugin: Any, **embedding: Any) -> None:
     from test_semantic import enable_semantic
 
     # A provider cooldown left by an earlier test of this process must not leak into this one.
-    plugin.semantic.COOLDOWN.reset()
+    plugin.reset_process_state()
     settings = {"provider": "local", "model": "all-MiniLM-L6-v2", "model_path": str(minilm_model_dir())}
     enable_semantic(plugin, **{**settings, **embedding})
 

@@ -104,11 +104,25 @@ def plugin():
     assert PLUGIN_KEY in loaded, loaded.keys()
     assert not loaded[PLUGIN_KEY].get("error"), loaded[PLUGIN_KEY]
     assert loaded[PLUGIN_KEY].get("enabled", True)
-    # Every module as an attribute (plugin.consent, plugin.indexer...), as tests address them.
-    for module in sorted(REPO.glob("*.py")):
-        if module.stem != "__init__":
-            importlib.import_module(f"{PLUGIN_MODULE}.{module.stem}")
+    # Every module as an attribute (plugin.store, plugin.semantic.indexer...), as tests address them.
+    for name in plugin_modules():
+        importlib.import_module(f"{PLUGIN_MODULE}.{name}")
     return sys.modules[PLUGIN_MODULE]
+
+
+def plugin_modules() -> list[str]:
+    """Dotted names of the plugin's modules and packages, relative to the package."""
+    names = []
+    for path in sorted(REPO.rglob("*.py")):
+        relative = path.relative_to(REPO)
+        skipped = relative.parts[0] in ("tests", "bench", "demo", ".venv", ".cache")
+        if skipped or relative.name.startswith("."):
+            continue
+        parts = relative.with_suffix("").parts
+        parts = parts[:-1] if parts[-1] == "__init__" else parts
+        if parts:
+            names.append(".".join(parts))
+    return names
 
 
 _ids = itertools.count(1)
@@ -258,12 +272,15 @@ class World:
 
 @pytest.fixture
 def world(plugin, tmp_path, monkeypatch) -> World:
+    """A fresh home, and a fresh process state of the plugin: nothing one test learnt reaches the next."""
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HERMES_HOME", str(home))
+    plugin.reset_process_state()
     w = World(home, tmp_path / "work")
     yield w
     w.close()
+    plugin.reset_process_state()
 
 
 def session_ids(result: dict) -> list[str]:

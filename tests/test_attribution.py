@@ -284,29 +284,31 @@ def test_resolve_project_first_created_project_wins_on_a_shared_folder(attr):
     assert attr.resolve_project(row, [first, second]) == {"kind": "explicit", "id": "p_1", "name": "First"}
 
 
-def test_resolve_project_junk_roots_are_never_automatic_projects(attr):
+def test_resolve_project_excluded_roots_are_never_automatic_projects(attr):
     row = {"cwd": "/home/me", "git_repo_root": "/home/me"}
-    assert attr.resolve_project(row, [], junk_roots=["/home/me/"]) == {"kind": "home"}
-    assert attr.resolve_project(row, [], junk_roots=["/home/other"]) == {"kind": "auto", "key": "/home/me"}
-    # An explicit project on a junk folder is still honoured.
+    home = attr.ExcludedRoots(roots=["/home/me/"])
+    assert attr.resolve_project(row, [], excluded=home) == {"kind": "home"}
+    other = attr.ExcludedRoots(roots=["/home/other"])
+    assert attr.resolve_project(row, [], excluded=other) == {"kind": "auto", "key": "/home/me"}
+    # An explicit project on an excluded folder is still honoured.
     mine = project("p_me", "Me", "/home/me")
-    assert attr.resolve_project(row, [mine], junk_roots=["/home/me"])["id"] == "p_me"
+    assert attr.resolve_project(row, [mine], excluded=home)["id"] == "p_me"
 
 
-def test_junk_trees_hold_nothing_automatic_but_explicit_projects_still_count(attr):
-    junk = attr.Junk(roots=["/home/me"], trees=["/home/me/.hermes"])
+def test_excluded_trees_hold_nothing_automatic_but_explicit_projects_still_count(attr):
+    junk = attr.ExcludedRoots(roots=["/home/me"], trees=["/home/me/.hermes"])
     plugin = {"cwd": "/home/me/.hermes/plugins/x", "git_repo_root": "/home/me/.hermes/plugins/x"}
-    assert attr.resolve_project(plugin, [], junk=junk) == {"kind": "home"}
+    assert attr.resolve_project(plugin, [], excluded=junk) == {"kind": "home"}
     hermes_home = {"cwd": "/home/me/.hermes", "git_repo_root": "/home/me/.hermes"}
-    assert attr.resolve_project(hermes_home, [], junk=junk) == {"kind": "home"}
+    assert attr.resolve_project(hermes_home, [], excluded=junk) == {"kind": "home"}
     # Only the home folder itself is junk, not what is under it.
     code = {"cwd": "/home/me/code/app", "git_repo_root": "/home/me/code/app"}
-    assert attr.resolve_project(code, [], junk=junk) == {"kind": "auto", "key": "/home/me/code/app"}
+    assert attr.resolve_project(code, [], excluded=junk) == {"kind": "auto", "key": "/home/me/code/app"}
     # A sibling that shares a string prefix with HERMES_HOME is not under it.
     sibling = {"cwd": "/home/me/.hermes2", "git_repo_root": "/home/me/.hermes2"}
-    assert attr.resolve_project(sibling, [], junk=junk)["kind"] == "auto"
+    assert attr.resolve_project(sibling, [], excluded=junk)["kind"] == "auto"
     mine = project("p_plugin", "Plugin work", "/home/me/.hermes/plugins/x")
-    assert attr.resolve_project(plugin, [mine], junk=junk)["id"] == "p_plugin"
+    assert attr.resolve_project(plugin, [mine], excluded=junk)["id"] == "p_plugin"
 
 
 def test_conversation_roots_follow_compression_chains(attr):
@@ -352,7 +354,8 @@ def test_same_project_and_scope_key(attr):
     assert attr.scope_key(auto) == ("auto", "/r/app")
 
 
-def test_sessions_in_project_keeps_order_and_isolates_sibling_prefixes(attr):
+def test_same_project_over_resolved_rows_keeps_order_and_isolates_sibling_prefixes(attr):
+    """What ProjectMap does for every session: resolve each row, keep those same_project says."""
     rows = [
         {"id": "s1", "cwd": "/a/proj"},
         {"id": "s2", "cwd": "/a/proj2/src"},
@@ -363,6 +366,11 @@ def test_sessions_in_project_keeps_order_and_isolates_sibling_prefixes(attr):
     ]
     p = {"kind": "explicit", "id": "p_p", "name": "P"}
     q = {"kind": "explicit", "id": "p_q", "name": "Q"}
-    assert attr.sessions_in_project(p, rows, [P, Q]) == ["s1", "s3", "s6"]
-    assert attr.sessions_in_project(q, rows, [P, Q]) == ["s2"]
-    assert attr.sessions_in_project({"kind": "home"}, rows, [P, Q]) == []
+    index = attr.FolderIndex([P, Q])
+
+    def sessions_in(identity: dict) -> list[str]:
+        return [row["id"] for row in rows if attr.same_project(identity, attr.resolve_project(row, index))]
+
+    assert sessions_in(p) == ["s1", "s3", "s6"]
+    assert sessions_in(q) == ["s2"]
+    assert sessions_in({"kind": "home"}) == []

@@ -54,9 +54,9 @@ def setup(world, server, monkeypatch):
     world.beta_old = world.session(beta, [("user", "The invoice export uses CSV files")])
     world.beta_now = world.session(beta, [("user", "hi")])
     world.alpha, world.beta = alpha, beta
-    from hermes_plugins.project_history_recall import semantic
+    import hermes_plugins.project_history_recall as plugin
 
-    semantic.COOLDOWN.reset()
+    plugin.reset_process_state()
     server.reset()
     return world
 

@@ -21,6 +21,7 @@ import time
 import traceback
 import urllib.request
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -32,10 +33,18 @@ SYNONYMS = ("login session expired", "authentication timeout")
 UNRELATED = "banana bread recipe"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def emb(plugin):
-    """The plugin's ``embedders`` module, as Hermes loaded the package."""
-    return importlib.import_module(f"{plugin.__name__}.embedders")
+    """The plugin's ``semantic.providers`` package as Hermes loaded it, with ``make_embedder`` the
+    process's (one embedder per settings and key) and ``remote`` its HTTP module."""
+    providers = importlib.import_module(f"{plugin.__name__}.semantic.providers")
+    plugin.reset_process_state()
+    yield SimpleNamespace(
+        make_embedder=plugin.process_state().semantic.providers.embedder,
+        remote=importlib.import_module(f"{plugin.__name__}.semantic.providers.remote"),
+        **{name: getattr(providers, name) for name in providers.__all__ if name != "make_embedder"},
+    )
+    plugin.reset_process_state()
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +82,7 @@ def server(_server):
 @pytest.fixture
 def fast_backoff(emb, monkeypatch):
     """Keep the real backoff logic but shrink it, so failure tests stay fast."""
-    monkeypatch.setattr(emb, "BACKOFF_BASE_SECONDS", 0.02)
+    monkeypatch.setattr(emb.remote, "BACKOFF_BASE_SECONDS", 0.02)
 
 
 def remote(Settings, server, **overrides):
@@ -112,8 +121,6 @@ def test_local_embeds_normalised_rows_with_meaning(emb, Settings, minilm):
 def test_the_first_query_of_a_process_gets_the_vector_later_ones_get(emb, Settings, minilm):
     """The first query runs on a session made without graph optimisation (quick to create, for a
     process that makes one search); later queries and documents on the optimised one."""
-    emb._LOCAL_MODELS.clear()
-    emb._EMBEDDERS.clear()
     embedder = emb.make_embedder(Settings(provider="local", model_path=minilm), None)
     first = embedder.embed_query("user was logged out")
     assert embedder._model._optimised is None

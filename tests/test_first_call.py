@@ -57,7 +57,7 @@ def test_a_keyword_search_in_a_fresh_process_loads_no_model(indexed):  # noqa: F
 
 
 def test_a_changed_model_folder_is_never_taken_for_the_remembered_one(indexed, plugin):  # noqa: F811
-    model_path = plugin.hermes_env.HermesEnv.current().settings.embedding.model_path
+    model_path = plugin.store.HermesEnv.current().settings.embedding.model_path
     # What the index needs to know about the model can change with any file of the folder (a
     # re-installed model, another tokenizer): then the identity is computed from the model again.
     tokenizer = os.path.join(model_path, "tokenizer.json")

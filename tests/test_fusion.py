@@ -97,7 +97,7 @@ def test_relevance_floor_per_model(plugin):
 def test_recent_conversations_keep_whole_conversations_newest_first(plugin):
     """common_words judges a large scope by its most recent conversations: the sessions of the
     last ``count`` conversations (in scope order, oldest first), a compressed one whole."""
-    recent = plugin.search.recent_conversations
+    recent = plugin.fulltext.rank.recent_conversations
     scope = {"s1": "c1", "s2": "c2", "s3": "c1", "s4": "c3", "s5": "c4", "s6": "c4"}
     assert recent(scope, 2) == {"s5": "c4", "s6": "c4", "s4": "c3"}
     assert recent(scope, 3) == {"s1": "c1", "s3": "c1", "s4": "c3", "s5": "c4", "s6": "c4"}

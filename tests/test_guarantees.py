@@ -63,7 +63,7 @@ def app(world, server, plugin):
         title="Session expiry",
     )
     world.current = world.session(world.repo, [("user", "hi")])
-    plugin.semantic.COOLDOWN.reset()
+    plugin.reset_process_state()
     server.reset()
     server.set_mode("ok")
     return world
@@ -99,7 +99,7 @@ def test_a_pasted_secret_never_leaves_the_machine(app, server):
 
 
 def test_the_in_process_model_is_the_one_that_may_see_secrets(app, plugin):
-    redaction = plugin.redaction
+    redaction = plugin.text.redaction
     assert (
         redaction.redact_secrets(f"key {API_KEY} and 令牌: abcdef123456")
         == "key [redacted] and 令牌: [redacted]"
@@ -176,14 +176,14 @@ def test_nothing_is_sent_after_disable_returns(app, server, plugin):
     finally:
         server.set_mode("ok")
         server.slow_seconds = 2.0
-        plugin.indexer.BACKGROUND.wait(30)
+        plugin.process_state().semantic.background.wait(30)
 
 
 # --------------------------------------------------------------------------- locks and files (item 10)
 
 
 def test_a_status_probe_never_makes_an_indexer_give_up(app, plugin):
-    index_db = plugin.index_db
+    index_db = plugin.semantic.index_store
     data_dir = app.home / DATA
     stop = threading.Event()
 

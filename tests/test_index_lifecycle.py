@@ -67,28 +67,25 @@ def project(world, swappable, plugin):
     world.index_db = world.home / "plugins" / "project-history-recall" / "embeddings.db"
     swappable.reset()
     yield world
-    plugin.indexer.BACKGROUND.wait()
+    plugin.process_state().semantic.background.wait()
 
 
 def fresh_process(plugin) -> None:
     """Forget what a Hermes process keeps in memory between two searches."""
-    plugin.embedders._EMBEDDERS.clear()
-    plugin.semantic.MATRICES.clear()
-    plugin.semantic.COMPLETE.clear()
-    plugin.semantic.COOLDOWN.reset()
+    plugin.reset_process_state()
 
 
 def live_message_reads(plugin, monkeypatch) -> list[int]:
     """Count the messages the index check reads from state.db."""
     reads: list[int] = []
-    original = plugin.hermes_db.HermesDB.live_messages
+    original = plugin.store.HermesDB.live_messages
 
     def counting(self, sessions):
         rows = original(self, sessions)
         reads.append(len(rows))
         return rows
 
-    monkeypatch.setattr(plugin.hermes_db.HermesDB, "live_messages", counting)
+    monkeypatch.setattr(plugin.store.HermesDB, "live_messages", counting)
     return reads
 
 
@@ -231,7 +228,7 @@ def test_stored_rows_of_another_width_are_reported_not_reshaped(project, plugin)
     with sqlite3.connect(project.index_db) as conn:
         first = conn.execute("SELECT min(id) FROM chunks").fetchone()[0]
         conn.execute("UPDATE chunks SET vector = substr(vector, 1, 512) WHERE id = ?", (first,))
-    shutil.rmtree(plugin.matrix_file.matrix_dir(project.index_db))
+    shutil.rmtree(plugin.semantic.matrix.matrix_dir(project.index_db))
     fresh_process(plugin)
     result = project.search(project.current, "invoice export", mode="hybrid")
     assert result["semantic_status"] == "unavailable"
@@ -258,7 +255,7 @@ def test_a_version_1_index_is_migrated_in_place_and_reused(project, swappable, p
     first = project.search(project.current, "invoice export", mode="semantic", limit=1)
     assert first["semantic_status"] == "indexing" and first["semantic_fallback"] == "keyword"
     assert session_ids(first) == [project.invoices]
-    plugin.indexer.BACKGROUND.wait()
+    plugin.process_state().semantic.background.wait()
     result = project.search(project.current, KEYWORD_MISS, mode="semantic", limit=1)
     assert result["semantic_status"] == "ready"
     assert session_ids(result) == [project.expiry]
@@ -270,7 +267,7 @@ def test_a_version_1_index_is_migrated_in_place_and_reused(project, swappable, p
 
 
 def matrix_headers(plugin, project) -> list[dict]:
-    folder = plugin.matrix_file.matrix_dir(project.index_db)
+    folder = plugin.semantic.matrix.matrix_dir(project.index_db)
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
 
 
@@ -285,7 +282,7 @@ def test_the_matrix_file_is_derived_appended_and_rebuilt(project, plugin):
     (appended,) = matrix_headers(plugin, project)
     assert appended["count"] == 4 and appended["token"] == header["token"]  # appended, not rewritten
 
-    folder = plugin.matrix_file.matrix_dir(project.index_db)
+    folder = plugin.semantic.matrix.matrix_dir(project.index_db)
     for path in folder.glob("*.json"):
         path.write_text("{ not json")
     fresh_process(plugin)
@@ -314,8 +311,8 @@ def test_without_a_writable_folder_the_matrix_is_built_in_memory(project, plugin
     def refuse(*args, **kwargs):
         raise PermissionError(13, "read-only")
 
-    monkeypatch.setattr(plugin.matrix_file, "_file_lock", refuse)
-    folder = plugin.matrix_file.matrix_dir(project.index_db)
+    monkeypatch.setattr(plugin.semantic.matrix, "_file_lock", refuse)
+    folder = plugin.semantic.matrix.matrix_dir(project.index_db)
     shutil.rmtree(folder)
     result = project.search(project.current, KEYWORD_MISS, mode="semantic", limit=1)
     assert result["semantic_status"] == "ready" and session_ids(result) == [project.expiry]
@@ -324,9 +321,9 @@ def test_without_a_writable_folder_the_matrix_is_built_in_memory(project, plugin
 
 def test_purge_removes_the_derived_files(project, plugin):
     project.search(project.current, "warm", mode="hybrid")
-    folder = plugin.matrix_file.matrix_dir(project.index_db)
+    folder = plugin.semantic.matrix.matrix_dir(project.index_db)
     assert list(folder.glob("*.f32"))
-    assert plugin.index_db.purge(project.index_db)
+    assert plugin.semantic.index_store.purge(project.index_db)
     assert not project.index_db.exists() and not folder.exists()
 
 
@@ -341,14 +338,14 @@ def test_local_chunks_fit_the_model(world, plugin):
     from tokenizers import Tokenizer
 
     settings = plugin.config_schema.EmbeddingSettings(provider="local", model_path=str(minilm_model_dir()))
-    embedder = plugin.embedders.make_embedder(settings, None)
-    framing = plugin.indexer.Framing.of(settings, embedder)
+    embedder = plugin.process_state().semantic.providers.embedder(settings, None)
+    framing = plugin.semantic.chunking.Framing.of(settings, embedder)
     assert framing.chunk_size < settings.chunk_size and framing.input_tokens == int(0.64 * 256)
     tokenizer = Tokenizer.from_file(str(minilm_model_dir() / "tokenizer.json"))
     tokenizer.no_truncation()
     tokenizer.no_padding()
     question = "Why does the nightly job time out? " + "It hangs for minutes and then fails. " * 30
-    code = (Path(plugin.__file__).parent / "indexer.py").read_text()
+    code = (Path(plugin.__file__).parent / "semantic" / "indexer.py").read_text()
     prose = " ".join(
         f"On day {i} the team reviewed the release notes, fixed the flaky login test and agreed to "
         f"ship the cache change after the database migration finished."
@@ -356,9 +353,9 @@ def test_local_chunks_fit_the_model(world, plugin):
     )
 
     def fits(text: str) -> list[bool]:
-        chunks = plugin.indexer.chunk_text(text, framing.chunk_size, framing.chunk_overlap)
+        chunks = plugin.semantic.chunking.chunk_text(text, framing.chunk_size, framing.chunk_overlap)
         assert len(chunks) > 3
-        framed = [plugin.indexer.embedded_text(chunk, [question], framing) for chunk in chunks]
+        framed = [plugin.semantic.chunking.embedded_text(chunk, [question], framing) for chunk in chunks]
         assert all(f.endswith(c) for f, c in zip(framed, chunks, strict=True))
         return [len(tokenizer.encode(f).ids) <= embedder.max_input_tokens for f in framed]
 

@@ -18,7 +18,7 @@ import pytest
 from harness import session_ids
 
 #: Where ``chunk_text`` lives (``semantic`` before issue 7's refactor, ``indexer`` after it).
-CHUNKER_MODULE = "indexer"
+CHUNKER_MODULE = "semantic.chunking"
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ebef"
 _TOKEN = re.compile(f"[{_CJK}]|[^\\s{_CJK}]+")

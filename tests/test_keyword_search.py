@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import time
+from contextlib import contextmanager
 
 import pytest
 from harness import World, new_session_id, session_ids
@@ -32,8 +33,16 @@ NO_MATCH = "No matching messages in this project's other sessions"
 
 @pytest.fixture
 def hermes_db(plugin):
-    """The module that owns Hermes's databases (its HermesDB class is what the spies patch)."""
-    return importlib.import_module(f"{plugin.__name__}.hermes_db")
+    """The keyword engine's reads of Hermes's databases (``fulltext.reader``: FullTextReader,
+    SessionMessages, ScopeIds; what the spies patch)."""
+    return importlib.import_module(f"{plugin.__name__}.fulltext.reader")
+
+
+@contextmanager
+def full_text(plugin):
+    """A FullTextReader over a fresh read-only state.db connection, with the process's memory."""
+    with plugin.store.HermesDB.open(plugin.store.HermesEnv.current()) as db:
+        yield plugin.fulltext.FullTextReader(db, plugin.process_state().scope_ids)
 
 
 def explicit(pid: str, name: str) -> dict:
@@ -108,8 +117,7 @@ def profile_world(plugin, tmp_path, monkeypatch):
 
 
 def test_links_on_a_named_profile_carry_the_profile(profile_world, plugin):
-    hermes_env = importlib.import_module(f"{plugin.__name__}.hermes_env")
-    assert hermes_env.HermesEnv.current().profile == "work"
+    assert plugin.store.HermesEnv.current().profile == "work"
     repo = profile_world.folder("alpha")
     profile_world.project("Alpha", repo)
     old = profile_world.session(repo, [("user", "kappa release notes")])
@@ -352,7 +360,7 @@ def test_limit_is_clamped_and_results_are_one_per_session(world):
 def spy(hermes_db, monkeypatch):
     """Records which keyword path ran: ('like', ...) or ('fts', table)."""
     calls: list[tuple[str, str]] = []
-    reader = hermes_db.HermesDB
+    reader = hermes_db.FullTextReader
     like, fts = reader.like_messages, reader.fts_messages
 
     def like_spy(self, terms, *args, **kwargs):
@@ -639,7 +647,7 @@ def test_search_without_a_session_id_is_a_json_error(world, monkeypatch):
     }
 
 
-def test_a_failing_search_is_a_json_error_not_a_traceback(world, hermes_db, monkeypatch):
+def test_a_failing_search_is_a_json_error_not_a_traceback(world, plugin, monkeypatch):
     repo = world.folder("alpha")
     world.project("Alpha", repo)
     now = world.session(repo)
@@ -647,7 +655,7 @@ def test_a_failing_search_is_a_json_error_not_a_traceback(world, hermes_db, monk
     def boom(*_args, **_kwargs):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(hermes_db.HermesDB, "session_links", boom)
+    monkeypatch.setattr(plugin.store.HermesDB, "session_links", boom)
     assert world.search(now, "x") == {
         "success": False,
         "error": "project history search failed: RuntimeError",
@@ -809,9 +817,8 @@ def test_relaxed_query_finds_other_inflections_of_its_words(world):
 
 
 def test_a_message_whose_neighbour_also_matches_ranks_first(world, plugin, monkeypatch):
-    import importlib
 
-    search = importlib.import_module(f"{plugin.__name__}.search")
+    rank = plugin.fulltext.rank
     repo = world.folder("alpha")
     world.project("Alpha", repo)
     only_first = world.session(repo, [("user", "zookeeper"), ("assistant", "some other words")])
@@ -820,7 +827,7 @@ def test_a_message_whose_neighbour_also_matches_ranks_first(world, plugin, monke
     now = world.session(repo)
     # Every matching message scores the same alone; the reply that matches too lifts its question.
     assert session_ids(world.search(now, "zookeeper walrus", limit=1)) == [both]
-    monkeypatch.setattr(search, "NEIGHBOUR_WEIGHT", 0.0)
+    monkeypatch.setattr(rank, "NEIGHBOUR_WEIGHT", 0.0)
     assert session_ids(world.search(now, "zookeeper walrus", limit=1)) == [only_first]
 
 
@@ -848,7 +855,7 @@ def test_fts_reading_past_the_first_page_ends(world, plugin, hermes_db):
     world.project("Beta", beta)
     mine = world.session(alpha, [("user", "heron"), ("assistant", "a heron again")])
     world.session(beta, [("user", f"heron number {i}") for i in range(1200)])
-    with hermes_db.HermesDB.open(plugin.hermes_env.HermesEnv.current()) as db:
+    with full_text(plugin) as db:
         rows = db.fts_messages("messages_fts", '"heron"', {mine: mine}, 300, per_session=10)
     assert sorted(row["session_id"] for row in rows) == [mine, mine]
 
@@ -857,7 +864,7 @@ def test_fts_reading_past_the_first_page_ends(world, plugin, hermes_db):
 
 
 def test_what_changes_between_two_searches_of_one_process_shows_in_the_second(world, plugin):
-    """The keyword path remembers each scope's message ids between calls (hermes_db.SessionMessages)
+    """The keyword path remembers each scope's message ids between calls (reader.SessionMessages)
     and reads only what is new: every change between two calls must show in the second, in every
     mode that runs the keyword path, on the word table and on the trigram table."""
     repo, other = world.folder("alpha"), world.folder("beta")
@@ -914,11 +921,13 @@ def test_the_memory_of_message_ids_belongs_to_one_file(world, hermes_db, tmp_pat
         ids = [db.append_message(sid, role, text) for sid, role, text in layout]
         db.close()
         files[name] = (path, ids)
+    from hermes_plugins.project_history_recall.store import connect_readonly
+
     register = hermes_db.SessionMessages()
     answers = []
     for name in ("first", "second"):
         path, ids = files[name]
-        conn = hermes_db.connect_readonly(path)
+        conn = connect_readonly(path)
         try:
             st = path.stat()
             # A scope is loaded when it is asked for the second time (the first search joins).
@@ -956,9 +965,8 @@ def test_short_and_long_cjk_terms_the_trigram_candidates_change_nothing(world, p
     assert session_ids(world.search(now, "éclair 缓存", limit=1)) == [accented]
     relaxed = set(session_ids(world.search(now, "数据库 缓存", limit=10)))
     assert relaxed == {both, short_only, long_only, ascii_case, accented}  # never rewound or Beta's
-    env = plugin.hermes_env.HermesEnv.current()
     scope = [both, short_only, long_only, ascii_case, accented, rewound]
-    with hermes_db.HermesDB.open(env) as db:
+    with full_text(plugin) as db:
         for terms in (["数据库", "缓存"], ["api", "缓存"], ["éclair", "缓存"], ["ÉCLAIR", "缓存"]):
             scanned = db._like(terms, scope, True, 300, None, None)
             assert db.like_messages(terms, scope, True, 300) == scanned, terms
@@ -1010,7 +1018,7 @@ def test_a_scope_is_loaded_by_its_second_search_not_by_the_second_pass_of_its_fi
 
 
 def test_a_word_nearly_every_conversation_has_does_not_decide_the_ranking(world, plugin, monkeypatch):
-    search = importlib.import_module(f"{plugin.__name__}.search")
+    rank = plugin.fulltext.rank
     repo = world.folder("alpha")
     world.project("Alpha", repo)
     for i in range(10):  # "Orion" greets in every one of them, like a name or the project's own
@@ -1022,20 +1030,19 @@ def test_a_word_nearly_every_conversation_has_does_not_decide_the_ranking(world,
     now = world.session(repo)
     # 11 of the 12 conversations say "Orion": the other words decide.
     assert session_ids(world.search(now, "Orion flaky test", limit=1)) == [flaky]
-    monkeypatch.setattr(search, "COMMON_SHARE", 1.0)  # nothing is common: the name's bm25 decides
+    monkeypatch.setattr(rank, "COMMON_SHARE", 1.0)  # nothing is common: the name's bm25 decides
     assert session_ids(world.search(now, "Orion flaky test", limit=1)) == [decoy]
 
 
 def test_common_words_need_enough_conversations_and_a_word_left(world, plugin, hermes_db):
-    search = importlib.import_module(f"{plugin.__name__}.search")
+    common_words, plan_query = plugin.fulltext.common_words, plugin.fulltext.plan_query
     repo = world.folder("alpha")
     world.project("Alpha", repo)
     sessions = [world.session(repo, [("user", f"orion deploy {i}")]) for i in range(9)]
-    env = plugin.hermes_env.HermesEnv.current()
 
     def common(query: str, scope: list[str] | None = None) -> frozenset[str]:
-        with hermes_db.HermesDB.open(env) as db:
-            return search.common_words(db, search.plan_query(query), {s: s for s in scope or sessions})
+        with full_text(plugin) as db:
+            return common_words(db, plan_query(query), {s: s for s in scope or sessions})
 
     assert common("orion deploys") == frozenset()  # 9 conversations: no statistic
     sessions += [world.session(repo, [("user", f"orion standup {i}")]) for i in range(3)]
@@ -1071,32 +1078,30 @@ def test_counting_conversations_that_have_a_word_is_exact(world, plugin, hermes_
     for _ in range(5):
         world.session(other, [("user", "zebra elsewhere")])
     in_scope = {sid: sid for sid in sessions}
-    env = plugin.hermes_env.HermesEnv.current()
-    with hermes_db.HermesDB.open(env) as db:
+    with full_text(plugin) as db:
         answers = {n: db.in_conversations("messages_fts", '"zebra"', in_scope, n) for n in (1, 240, 241)}
         assert answers == {1: True, 240: True, 241: False}
         assert db.in_conversations("messages_fts", '"zebra"', in_scope, 241) is False  # remembered
     world.add(sessions[0], [("user", "a zebra at last")])  # the scope gains a message
-    with hermes_db.HermesDB.open(env) as db:
+    with full_text(plugin) as db:
         assert db.in_conversations("messages_fts", '"zebra"', in_scope, 241) is True
 
 
 def test_a_large_scope_judges_common_words_by_its_recent_conversations(world, plugin, hermes_db, monkeypatch):
-    """More conversations than search.COMMON_RECENT_CONVERSATIONS: a word in every one of the most
+    """More conversations than rank.COMMON_RECENT_CONVERSATIONS: a word in every one of the most
     recent is common, though it is in only 80 % of all (under COMMON_SHARE)."""
-    search = plugin.search
+    rank = plugin.fulltext.rank
     repo = world.folder("alpha")
     world.project("Alpha", repo)
     sessions = [world.session(repo, [("user", "an old note")]) for _ in range(50)]
     sessions += [world.session(repo, [("user", f"heron status {i}")]) for i in range(200)]
     world.add(sessions[-1], [("assistant", "the migration plan")])
     in_scope = {sid: sid for sid in sessions}
-    env = plugin.hermes_env.HermesEnv.current()
-    with hermes_db.HermesDB.open(env) as db:
-        plan = search.plan_query("heron migration")
-        assert search.common_words(db, plan, in_scope) == {"heron"}
-        monkeypatch.setattr(search, "COMMON_RECENT_CONVERSATIONS", 1000)
-        assert search.common_words(db, plan, in_scope) == frozenset()
+    with full_text(plugin) as db:
+        plan = plugin.fulltext.plan_query("heron migration")
+        assert rank.common_words(db, plan, in_scope) == {"heron"}
+        monkeypatch.setattr(rank, "COMMON_RECENT_CONVERSATIONS", 1000)
+        assert rank.common_words(db, plan, in_scope) == frozenset()
 
 
 def test_a_gateway_alternating_two_large_projects_keeps_their_common_word_answers(
@@ -1106,7 +1111,7 @@ def test_a_gateway_alternating_two_large_projects_keeps_their_common_word_answer
     scope, and the recent conversations common_words counts in, which carry the answers). Two
     such projects searched in turn must keep all four: once both are loaded, no set is rebuilt
     and no word is counted again (fails with room for two sets only)."""
-    monkeypatch.setattr(plugin.search, "COMMON_RECENT_CONVERSATIONS", 10)
+    monkeypatch.setattr(plugin.fulltext.rank, "COMMON_RECENT_CONVERSATIONS", 10)
     now = {}
     for name in ("alpha", "beta"):
         repo = world.folder(name)

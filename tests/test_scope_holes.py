@@ -30,7 +30,7 @@ def explicit(pid: str, name: str) -> dict:
 
 @pytest.fixture
 def git_roots(plugin):
-    return importlib.import_module(f"{plugin.__name__}.git_roots")
+    return importlib.import_module(f"{plugin.__name__}.projects.git")
 
 
 @pytest.fixture
@@ -205,7 +205,7 @@ def test_git_giving_no_answer_is_said_and_not_remembered(world, git_roots, monke
     assert "scope_complete" not in result
 
 
-def test_git_answers_persist_in_the_plugins_own_file(world, git_roots, git_runs):
+def test_git_answers_persist_in_the_plugins_own_file(world, plugin, git_roots, git_runs):
     repo = world.git_repo("code/app")
     other = world.session(world.folder("code/app/lib"), [("user", "tern")])
     current = world.session(repo)
@@ -214,13 +214,13 @@ def test_git_answers_persist_in_the_plugins_own_file(world, git_roots, git_runs)
     assert stat.S_IMODE(store.stat().st_mode) == 0o600
     assert git_runs == [repo]
 
-    git_roots.PROBE.forget()  # what a new process knows
+    plugin.reset_process_state()  # what a new process knows
     assert session_ids(world.search(current, "tern")) == [other]
     assert git_runs == [repo]  # answered from git_roots.db, git not asked again
 
 
 @pytest.mark.parametrize("damage", ["garbage", "directory"])
-def test_a_broken_git_roots_file_never_fails_a_search(world, git_roots, damage):
+def test_a_broken_git_roots_file_never_fails_a_search(world, plugin, git_roots, damage):
     store = world.home / "plugins" / "project-history-recall" / "git_roots.db"
     store.parent.mkdir(parents=True, exist_ok=True)
     if damage == "garbage":
@@ -229,12 +229,12 @@ def test_a_broken_git_roots_file_never_fails_a_search(world, git_roots, damage):
         store.mkdir()
     repo = world.git_repo("code/app")
     other = world.session(world.folder("code/app/lib"), [("user", "plover")])
-    git_roots.PROBE.forget()
+    plugin.reset_process_state()
     result = world.search(world.session(repo), "plover")
     assert (result["project"], session_ids(result)) == ({"kind": "auto", "key": repo}, [other])
 
 
-def test_a_changed_git_entry_is_asked_again(world, git_roots, git_runs):
+def test_a_changed_git_entry_is_asked_again(world, plugin, git_roots, git_runs):
     repo = world.git_repo("code/app")
     other = world.session(world.folder("code/app/lib"), [("user", "stilt")])
     assert session_ids(world.search(world.session(repo), "stilt")) == [other]
@@ -244,7 +244,7 @@ def test_a_changed_git_entry_is_asked_again(world, git_roots, git_runs):
 
     shutil.rmtree(Path(repo) / ".git")
     subprocess.run(["git", "init", "-q", repo], check=True)
-    git_roots.PROBE.forget()
+    plugin.reset_process_state()
     git_runs.clear()
     assert session_ids(world.search(world.session(repo), "stilt")) == [other]
     assert git_runs == [repo]
@@ -426,7 +426,7 @@ def test_unprintable_project_ids_are_not_found_and_escaped(world, project_id, sh
 @pytest.fixture
 def reads(plugin, monkeypatch):
     """How many times the session rows were read (the scope rebuilt)."""
-    hermes_db = importlib.import_module(f"{plugin.__name__}.hermes_db")
+    hermes_db = importlib.import_module(f"{plugin.__name__}.store")
     counter = {"n": 0}
     real = hermes_db.HermesDB.session_links
 

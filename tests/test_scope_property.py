@@ -64,7 +64,7 @@ def shared(plugin, tmp_path_factory):
         patch.setenv("HOME", str(user_home))
         # The property is about which sessions are in scope, not about git's speed on a busy
         # machine (test_scope_holes covers the budget): git always gets the time it needs here.
-        patch.setattr(plugin.git_roots, "FILL_BUDGET_SECONDS", 60.0)
+        patch.setattr(plugin.projects.git, "FILL_BUDGET_SECONDS", 60.0)
         from hermes_cli.config import save_config
 
         save_config(
@@ -82,11 +82,11 @@ def shared(plugin, tmp_path_factory):
             },
             merge_existing=True,
         )
-        env = plugin.hermes_env.HermesEnv.current()
-        record = plugin.consent.consent_record(
+        env = plugin.store.HermesEnv.current()
+        record = plugin.semantic.consent.consent_record(
             env.settings.embedding, env.profile, ["*"], "2026-12-01T00:00:00"
         )
-        plugin.consent.write_consent(env, record)
+        plugin.semantic.consent.write_consent(env, record)
         world = World(home, root / "work")
         world.examples = itertools.count(1)
         try:

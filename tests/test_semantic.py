@@ -33,17 +33,17 @@ def enable_semantic(plugin, **embedding) -> None:
         {"plugins": {"project-history-recall": {"embedding": {"enabled": True, **embedding}}}},
         merge_existing=True,
     )
-    env = plugin.hermes_env.HermesEnv.current()
-    record = plugin.consent.consent_record(env.settings.embedding, env.profile, ["*"], "2026-11-29T12:00:00")
-    plugin.consent.write_consent(env, record)
+    env = plugin.store.HermesEnv.current()
+    record = plugin.semantic.consent.consent_record(
+        env.settings.embedding, env.profile, ["*"], "2026-11-29T12:00:00"
+    )
+    plugin.semantic.consent.write_consent(env, record)
 
 
 def _app_project(world, server, plugin) -> str:
     """Semantic search on (e5-small behind the test server, consent given) and ``world.repo``, a
     git folder of the project "App"; its id."""
-    import hermes_plugins.project_history_recall.semantic as semantic
-
-    semantic.COOLDOWN.reset()
+    plugin.reset_process_state()
     enable_semantic(
         plugin, model="e5-small", base_url=server.base_url, input_type=True, index_budget_seconds=60
     )
@@ -168,15 +168,15 @@ def test_a_model_change_re_embeds_under_its_own_fingerprint(project, plugin):
     assert sorted(fp.split(":")[0] for fp in per_model) == ["local", "openai"]
 
     # The in-memory matrix for the new model holds only its own three vectors.
-    semantic = plugin.semantic
+    matrices = plugin.process_state().semantic.matrices
     local_fp = next(fp for fp in per_model if fp.startswith("local"))
-    env = plugin.hermes_env.HermesEnv.current()
+    env = plugin.store.HermesEnv.current()
     ids = [project.expiry, project.invoices]
     with (
-        plugin.hermes_db.HermesDB.open(env) as reader,
-        plugin.index_db.IndexStore.open_readonly(env.index_path) as store,
+        plugin.store.HermesDB.open(env) as reader,
+        plugin.semantic.index_store.IndexStore.open_readonly(env.index_path) as store,
     ):
-        assert len(semantic.MATRICES.matrix(reader, store, local_fp, ids)) == 3
+        assert len(matrices.matrix(reader, store, local_fp, ids)) == 3
 
 
 def test_index_state_partial_then_indexing_then_ready(project, plugin):
@@ -186,7 +186,7 @@ def test_index_state_partial_then_indexing_then_ready(project, plugin):
     assert started["semantic_status"] == "indexing"
     # Keyword results while the index builds (semantic hits from the part already built may join).
     assert project.invoices in session_ids(started)
-    plugin.indexer.BACKGROUND.wait()
+    plugin.process_state().semantic.background.wait()
     deadline = time.monotonic() + 30
     while project.search(project.current, "invoice", mode="keyword")["semantic_status"] != "ready":
         assert time.monotonic() < deadline
@@ -222,9 +222,7 @@ def test_a_new_message_is_embedded_alone_with_its_predecessor(project, server):
 
 
 def test_hybrid_says_nothing_when_nothing_is_close(project, plugin, monkeypatch):
-    import hermes_plugins.project_history_recall.semantic as semantic
-
-    monkeypatch.setattr(semantic, "MIN_BACKGROUND_CHUNKS", 1)  # judge even this tiny project
+    monkeypatch.setattr(plugin.semantic.matrix, "MIN_BACKGROUND_CHUNKS", 1)  # judge even this tiny project
     unrelated = project.search(
         project.current, "favourite pizza toppings for the summer party", mode="hybrid"
     )
@@ -238,7 +236,7 @@ def test_hybrid_says_nothing_when_nothing_is_close(project, plugin, monkeypatch)
 
 
 def test_the_semantic_side_keeps_the_home_its_caller_pinned(project, plugin, server, tmp_path, monkeypatch):
-    """Hybrid runs the semantic side on a worker thread (semantic.search_beside). Hermes pins a
+    """Hybrid runs the semantic side on a worker thread (Semantic.search_concurrently). Hermes pins a
     profile's home for the calling thread only (a context variable); the worker must see that
     home too, or its inline indexing re-reads consent and settings from the process-wide one."""
     from hermes_constants import reset_hermes_home_override, set_hermes_home_override
@@ -263,7 +261,7 @@ def test_the_semantic_side_keeps_the_home_its_caller_pinned(project, plugin, ser
 
 def test_hybrid_searches_at_once_answer_as_one_alone(project):
     """A gateway serves several conversations from one process: more hybrid searches at once than
-    there are semantic workers (semantic.BESIDE_WORKERS) all get the answer a lone search gets."""
+    there are semantic workers (semantic.CONCURRENT_SEARCHES) all get the answer a lone search gets."""
     from concurrent.futures import ThreadPoolExecutor
 
     queries = [KEYWORD_MISS, "invoice export", "CSV files on the share", "five minutes of inactivity"]
@@ -306,34 +304,35 @@ def test_the_semantic_query_leaves_out_a_word_every_conversation_has(greeted, se
 
 
 def test_the_relevance_floor_judges_the_query_as_asked(greeted, server, plugin, monkeypatch):
-    import hermes_plugins.project_history_recall.search as search
-    import hermes_plugins.project_history_recall.semantic as semantic
-
-    monkeypatch.setattr(semantic, "MIN_BACKGROUND_CHUNKS", 1)  # judge even this small project
+    search = plugin.search
+    monkeypatch.setattr(plugin.semantic.matrix, "MIN_BACKGROUND_CHUNKS", 1)  # judge even this small project
     asked = "Orion flaky"
     # The ranking embeds the query without "Orion"; when its rows fall short of the floor, the
     # query as asked is judged too (its vector, and the keyword rows with "Orion").
     monkeypatch.setattr(search, "has_evidence", lambda keyword, semantic_rows, floor, terms=None: False)
     calls = []
-    monkeypatch.setattr(search, "_evidence_as_asked", lambda *args: calls.append(args[3]) or True)
+    monkeypatch.setattr(
+        search._Search, "evidence_as_asked", lambda self, question, *args: calls.append(question.text) or True
+    )
     assert session_ids(greeted.search(greeted.current, asked, mode="hybrid"))[0] == greeted.flaky
     assert calls == [asked]
     assert _queries(server) == ["flaky"]
-    monkeypatch.setattr(search, "_evidence_as_asked", lambda *args: False)
+    monkeypatch.setattr(search._Search, "evidence_as_asked", lambda *args: False)
     result = greeted.search(greeted.current, asked, mode="hybrid")
     assert result["results"] == [] and "relevance floor" in result["message"]
 
 
 def test_evidence_as_asked_embeds_and_searches_the_whole_query(greeted, server, plugin, monkeypatch):
-    import hermes_plugins.project_history_recall.search as search
-    import hermes_plugins.project_history_recall.semantic as semantic
-
-    monkeypatch.setattr(semantic, "MIN_BACKGROUND_CHUNKS", 1)
-    env = plugin.hermes_env.HermesEnv.current()
-    with plugin.hermes_db.HermesDB.open(env) as db:
-        scope = plugin.scope.ProjectMap(db).resolve_scope(greeted.current, "")
-        assert search._evidence_as_asked(env, db, scope, "Orion flaky", 3, 1e-6, 2)
-        assert not search._evidence_as_asked(env, db, scope, "Orion flaky", 3, 0.999, 2)
+    search = plugin.search
+    monkeypatch.setattr(plugin.semantic.matrix, "MIN_BACKGROUND_CHUNKS", 1)
+    process = plugin.process_state()
+    env = plugin.store.HermesEnv.current()
+    with plugin.store.HermesDB.open(env) as db:
+        scope = plugin.projects.ProjectMap(db, process.projects).resolve_scope(greeted.current, "")
+        asked = search._Search(process, env, db, scope, build=True)
+        question = asked.understand("Orion flaky", "hybrid", 3)
+        assert asked.evidence_as_asked(question, 1e-6, 2)
+        assert not asked.evidence_as_asked(question, 0.999, 2)
         monkeypatch.setattr(search, "KEYWORD_EVIDENCE_PER_TERM", 0.0)  # any keyword row is evidence
-        assert search._evidence_as_asked(env, db, scope, "Orion flaky", 3, 0.999, 2)
+        assert asked.evidence_as_asked(question, 0.999, 2)
     assert _queries(server) == ["Orion flaky", "Orion flaky"]  # the third answered from keyword rows

@@ -11,7 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 # The module itself (it imports nothing of the plugin), so the strategies below can use its labels.
-_spec = importlib.util.spec_from_file_location("_redaction", Path(__file__).parent.parent / "redaction.py")
+_spec = importlib.util.spec_from_file_location(
+    "_redaction", Path(__file__).parent.parent / "text" / "redaction.py"
+)
 redaction = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(redaction)
 
@@ -108,4 +110,4 @@ def test_redaction_with_its_shortcuts_equals_redaction_without(text):
 @given(st.text(max_size=60))
 def test_control_characters_become_spaces_and_nothing_else_changes(plugin, text):
     expected = "".join(" " if unicodedata.category(ch) in ("Cc", "Cf", "Cs") else ch for ch in text)
-    assert plugin.search._without_controls(text) == expected
+    assert plugin.text.without_controls(text) == expected

@@ -13,10 +13,7 @@ indexer that is already running before its next request.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import math
-import re
 import threading
 import time
 from collections import deque
@@ -24,191 +21,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .hermes_db import ChunkKey, HermesDB, SessionMark, message_text
-from .hermes_env import HermesEnv
-from .index_db import BACKGROUND_BUSY_SECONDS, LOCK_RETRY_SECONDS, IndexStore, indexer_lock
+from ..store import EMPTY_TOTALS, ChunkKey, HermesDB, HermesEnv, SessionMark, message_text
+from .chunking import Framing, chunks_with_tokens, content_hash, embedded_text, vectors_key
+from .index_store import BACKGROUND_BUSY_SECONDS, LOCK_RETRY_SECONDS, IndexStore, indexer_lock
+from .matrix import identity_file_key
 
 logger = logging.getLogger(__name__)
 
-# --------------------------------------------------------------------------- chunking
-
-#: Kana, CJK ideographs (with extensions and compatibility forms) and Hangul: the scripts
-#: written without spaces, where one character is about one token.
-CJK_CHARS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ebef"
-_CJK_CHAR = re.compile(f"[{CJK_CHARS}]")
-# A unit is one CJK character, or a run of other non-space characters with its trailing space.
-_UNIT = re.compile(f"[{CJK_CHARS}]\\s*|[^\\s{CJK_CHARS}]+\\s*")
-# Up to four characters of a run of non-space, non-CJK text: a run of n characters holds
-# ceil(n / 4) of them, which is its estimated tokens (counted in C, see estimate_tokens).
-_QUAD = re.compile(f"[^\\s{CJK_CHARS}]{{1,4}}")
-
-
-def _unit_tokens(unit: str) -> int:
-    """Tokens of one unit: a CJK character is about one token, other text about four characters."""
-    core = unit.rstrip()
-    if _CJK_CHAR.match(core):
-        return 1
-    return max(1, math.ceil(len(core) / 4))
-
-
-def chunk_text(text: str, chunk_size: int, overlap: int) -> list[str]:
-    """Windows of at most ``chunk_size`` estimated tokens, neighbours sharing ``overlap``.
-
-    The estimate needs no tokenizer and holds for English and CJK alike (bench/README.md, "Chunk size").
-    """
-    return [chunk for chunk, _ in chunks_with_tokens(text, chunk_size, overlap)]
-
-
-def chunks_with_tokens(text: str, chunk_size: int, overlap: int) -> list[tuple[str, int | None]]:
-    """:func:`chunk_text` with each chunk's estimated tokens (None where the text was so short
-    that nobody counted: a unit costs at most its length)."""
-    text = text.strip()
-    if not text:
-        return []
-    if len(text) <= chunk_size:
-        return [(text, None)]
-    tokens = estimate_tokens(text)
-    if tokens <= chunk_size:
-        return [(text, tokens)]
-    units = _UNIT.findall(text)
-    cjk = _CJK_CHAR.match
-    costs = [1 if cjk(u) else (len(u.rstrip()) + 3) // 4 for u in units]  # = _unit_tokens, inlined
-    chunks: list[tuple[str, int | None]] = []
-    start = 0
-    while start < len(units):
-        end, used = start, 0
-        while end < len(units) and (used + costs[end] <= chunk_size or end == start):
-            used += costs[end]
-            end += 1
-        chunks.append(("".join(units[start:end]).strip(), used))
-        if end >= len(units):
-            break
-        back, shared = end, 0
-        while back > start + 1 and shared + costs[back - 1] <= overlap:
-            back -= 1
-            shared += costs[back]
-        start = back
-    return chunks
-
-
-def content_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def estimate_tokens(text: str) -> int:
-    """The plugin's token estimate of a text: the sum of :func:`_unit_tokens` over its units."""
-    return len(_CJK_CHAR.findall(text)) + len(_QUAD.findall(text))
-
-
-def _fitting_tail(units: Sequence[str], budget_tokens: int) -> tuple[int, bool]:
-    """Where the longest run of ``units`` ending at the last one and within the budget starts, and
-    whether the budget cut it (False: every unit fits)."""
-    cjk = _CJK_CHAR.match
-    used, first = 0, len(units)
-    while first > 0:
-        unit = units[first - 1]
-        used += 1 if cjk(unit) else (len(unit.rstrip()) + 3) // 4
-        if used > budget_tokens:
-            return first, True
-        first -= 1
-    return 0, False
-
-
-def context_tail(previous: Sequence[str], budget_tokens: int) -> str:
-    """The end of the preceding messages, at most ``budget_tokens`` estimated tokens."""
-    if budget_tokens <= 0:
-        return ""
-    joined = " ".join(" ".join(text.split()) for text in previous)
-    if len(joined) <= budget_tokens:  # all of it fits (a unit costs at most its length)
-        return joined.strip()
-    # Once spaces are single, a unit is at most 5 characters per token: what fits lies within the
-    # last 5 * budget characters. Read only those (the first unit there may be cut, so it is
-    # never kept); should everything there fit, read it all.
-    window = 5 * budget_tokens + 8
-    partial = len(joined) > window
-    units = _UNIT.findall(joined[-window:])[1:] if partial else _UNIT.findall(joined)
-    first, cut = _fitting_tail(units, budget_tokens)
-    if partial and not cut:
-        units = _UNIT.findall(joined)
-        first, _ = _fitting_tail(units, budget_tokens)
-    return "".join(units[first:]).strip()
-
-
-@dataclass(frozen=True)
-class Framing:
-    """How messages become the texts a model embeds: chunk size and overlap, and how much of the
-    preceding conversation frames each chunk.
-
-    For the ``local`` provider the model's token limit is known, and nothing past it is ever read,
-    so chunks are cut to :data:`MODEL_TOKEN_SHARE` of it (estimated tokens: code runs about 1.4
-    word-pieces per estimated token, so a chunk this size still fits) and a chunk's context only
-    takes what is left of that budget. Remote models keep the configured sizes.
-    """
-
-    chunk_size: int
-    chunk_overlap: int
-    context_messages: int
-    context_tokens: int  # at most this much preceding text (estimated tokens)
-    input_tokens: int = 0  # context + chunk budget in estimated tokens; 0: no model limit known
-
-    @classmethod
-    def of(cls, embedding: Any, embedder: Any = None) -> Framing:
-        if isinstance(embedding, Framing):
-            return embedding
-        chunk_size, overlap = embedding.chunk_size, embedding.chunk_overlap
-        limit = int(getattr(embedder, "max_input_tokens", 0) or 0)
-        budget = int(limit * MODEL_TOKEN_SHARE) if limit else 0
-        if budget and chunk_size > budget:
-            chunk_size = budget
-            overlap = min(overlap, chunk_size // 8)
-        return cls(
-            chunk_size=chunk_size,
-            chunk_overlap=overlap,
-            context_messages=embedding.context_messages,
-            context_tokens=embedding.chunk_size // 4,
-            input_tokens=budget,
-        )
-
-    @property
-    def recipe(self) -> str:
-        base = f"chunk={self.chunk_size}/{self.chunk_overlap}|context={self.context_messages}"
-        if self.context_tokens != self.chunk_size // 4:
-            base += f"/{self.context_tokens}"
-        return base + (f"|input={self.input_tokens}" if self.input_tokens else "")
-
-
-#: Share of a local model's token limit (word-pieces) a chunk and its context may take, in the
-#: plugin's estimated tokens. Measured with MiniLM's tokenizer: English prose runs 0.87 word-pieces
-#: per estimated token, source code 1.26 (median) to 1.56 (90th percentile), so at 0.64 nine chunks
-#: of code in ten are read to their end (the densest lose their last lines, never their start).
-MODEL_TOKEN_SHARE = 0.64
-
-
-def embedded_text(chunk: str, previous: Sequence[str], framing: Any, tokens: int | None = None) -> str:
-    """What the model sees for a chunk: the conversation just before it, then the chunk.
-
-    A turn is often a short reply ("Yes, let's do that") whose topic lives in the turn before
-    it; measured on LoCoMo, one preceding message lifts semantic recall markedly
-    (bench/README.md, "Context").
-    ``tokens`` is the chunk's estimate when the caller has it already.
-    """
-    if not previous:
-        return chunk
-    framing = Framing.of(framing)
-    budget = framing.context_tokens
-    if framing.input_tokens and len(chunk) + budget > framing.input_tokens:
-        tokens = estimate_tokens(chunk) if tokens is None else tokens
-        budget = min(budget, framing.input_tokens - tokens)
-    context = context_tail(previous, budget)
-    return f"{context}\n{chunk}" if context else chunk
-
-
 # --------------------------------------------------------------------------- what is pending
-
-
-def index_recipe(fingerprint: str, framing: Any) -> str:
-    """Everything that shapes the stored vectors: the model, and how text is cut and framed."""
-    return f"{fingerprint}|{Framing.of(framing).recipe}"
 
 
 @dataclass
@@ -219,12 +39,12 @@ class CheckPlan:
     compaction only flips ``active``), so once a complete pass has checked a session up to message
     N, the next pass need only read what came after N, unless the session's active messages up to
     N changed (count or id sum), in which case it reads the session again from its start. The
-    watermarks live in embeddings.db, per recipe: every process starts where the last one ended.
+    watermarks live in embeddings.db, per vectors key: every process starts where the last one ended.
     """
 
     after: dict[str, int]  # sessions to read, and the id after which to read them
     marks: dict[str, SessionMark]  # per session read: its mark now, saved after a complete pass
-    state: dict[str, tuple[int, int]]  # every session's (count, id sum) now: the matrix cache's freshness
+    active_totals: dict[str, tuple[int, int]]  # every session's (count, id sum) of active messages now
     to_read: int  # active messages (any role) the check will read
 
     @property
@@ -233,16 +53,17 @@ class CheckPlan:
 
 
 EMPTY_MARK: SessionMark = (0, 0, 0)
-EMPTY_TOTALS = (0, 0)
 
 
 def plan_check(
     db: HermesDB, store: IndexStore, session_ids: Sequence[str], fingerprint: str, framing: Any
 ) -> CheckPlan:
-    checked = store.watermarks(index_recipe(fingerprint, framing), session_ids)
+    checked = store.watermarks(vectors_key(fingerprint, framing), session_ids)
     totals = db.session_totals(session_ids)
-    state = {sid: totals.get(sid, EMPTY_TOTALS) for sid in session_ids}
-    changed = [sid for sid in session_ids if sid not in checked or checked[sid][1:] != state[sid]]
+    active_totals = {sid: totals.get(sid, EMPTY_TOTALS) for sid in session_ids}
+    changed = [
+        sid for sid in session_ids if sid not in checked or checked[sid][1:] != active_totals[sid]
+    ]
     marks = db.session_marks(changed) if changed else {}
     grown = {
         sid: checked[sid][0]
@@ -263,7 +84,7 @@ def plan_check(
         else:  # never checked, or rewound / restored / compacted / rewritten below the mark
             after[sid], moved[sid] = 0, now
             to_read += now[1]
-    return CheckPlan(after=after, marks=moved, state=state, to_read=to_read)
+    return CheckPlan(after=after, marks=moved, active_totals=active_totals, to_read=to_read)
 
 
 @dataclass
@@ -320,6 +141,53 @@ def pending_chunks(
     live_ids = {m["message_id"] for m in messages}
     stale = [key for key in stored if key[1] in live_ids and key not in wanted]
     return Pending(todo=todo, stale=stale, live_messages=len(messages), plan=plan)
+
+
+# --------------------------------------------------------------------------- scopes known complete
+
+
+class CompleteScopes:
+    """Scopes this process found completely indexed, and their active totals when found so.
+
+    An index check reads every in-scope session's (count, id sum) from Hermes's index and the
+    watermarks from ``embeddings.db``: tens of ms for a large project (``bench/scale.py``),
+    paid on every search, keyword mode included (it reports ``semantic_status``). Nothing it read
+    can have changed while ``PRAGMA data_version`` of ``state.db`` (:attr:`projects.Scope.data_token`,
+    read before the check) and ``embeddings.db``'s instance and write generation are the same, so
+    the answer is reused until one of them moves. Any commit to ``state.db`` (a message in the
+    current session too) moves the token: then the check runs again, as before.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[str, str, str], tuple[tuple, dict[str, tuple[int, int]]]] = {}
+
+    @staticmethod
+    def _key(store: IndexStore, vectors: str, scope: Any) -> tuple[tuple[str, str, str], tuple] | None:
+        token = getattr(scope, "data_token", None)
+        if token is None:
+            return None
+        slot = (str(store.path), vectors, identity_file_key(scope.identity))
+        sessions = content_hash("\n".join(sorted(scope.session_ids)))
+        return slot, (token, store.instance, store.generation, sessions)
+
+    def get(self, store: IndexStore, vectors: str, scope: Any) -> dict[str, tuple[int, int]] | None:
+        key = self._key(store, vectors, scope)
+        if key is None:
+            return None
+        with self._lock:
+            entry = self._entries.get(key[0])
+        return entry[1] if entry and entry[0] == key[1] else None
+
+    def put(self, store: IndexStore, vectors: str, scope: Any, totals: dict[str, tuple[int, int]]) -> None:
+        key = self._key(store, vectors, scope)
+        if key is not None:
+            with self._lock:
+                self._entries[key[0]] = (key[1], totals)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
 
 
 # --------------------------------------------------------------------------- building
@@ -391,7 +259,7 @@ def build_index(
         if should_continue is not None and not step and pending.todo:
             break
     if pending.complete:
-        store.set_watermarks(index_recipe(embedder.fingerprint, framing), pending.plan.marks)
+        store.set_watermarks(vectors_key(embedder.fingerprint, framing), pending.plan.marks)
     return written, pending.complete
 
 
@@ -443,12 +311,12 @@ def _refresh_matrix_file(
 ) -> None:
     """Bring the project's matrix file up to date now, so the next process's first search maps it
     as it is instead of reading what changed out of SQLite. A derived file: failing is harmless."""
-    from . import matrix_file
+    from . import matrix
 
     try:
-        key = matrix_file.identity_file_key(identity)
-        if not matrix_file.is_current(store, fingerprint, key, session_ids):
-            matrix_file.refresh(store, fingerprint, key, session_ids)
+        key = identity_file_key(identity)
+        if not matrix.is_current(store, fingerprint, key, session_ids):
+            matrix.refresh(store, fingerprint, key, session_ids)
     except Exception:
         logger.info("matrix file not refreshed; the next search will", exc_info=True)
 
@@ -520,6 +388,3 @@ class BackgroundIndexer:
         for thread in threads:
             thread.join(timeout)
 
-
-#: The process's background indexer.
-BACKGROUND = BackgroundIndexer()

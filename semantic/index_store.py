@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .hermes_db import ChunkKey, SessionMark
+from ..store import ChunkKey, SessionMark
 
 READ_BUSY_SECONDS = 0.5  # a search never waits longer than this for a writer of ours or anyone's
 INLINE_BUSY_SECONDS = 0.5  # inline indexing during a search

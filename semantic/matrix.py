@@ -29,13 +29,24 @@ import hashlib
 import json
 import logging
 import os
+import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .index_db import VECTOR_BYTES, VECTOR_DTYPE, IndexStore, file_lock, width_mismatch
+from ..store import EMPTY_TOTALS, HermesDB
+from .chunking import content_hash
+from .index_store import (
+    PURGE_HINT,
+    VECTOR_BYTES,
+    VECTOR_DTYPE,
+    IndexStore,
+    WidthMismatch,
+    file_lock,
+    width_mismatch,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +68,7 @@ def _private(path: Path) -> Any:
 
 def identity_file_key(identity: dict[str, Any]) -> str:
     """Which matrix file a project's vectors live in (one per project, whatever the current session)."""
-    from .attribution import scope_key
+    from ..attribution import scope_key
 
     kind, value = scope_key(identity)
     return f"{kind}:{value}"
@@ -446,3 +457,158 @@ def _prune(folder: Path, name: str, token: str, instance: str) -> None:
                         leftover.unlink()
         except (OSError, ValueError):
             continue
+
+
+# --------------------------------------------------------------------------- a scope's view, and the query
+
+def active_totals_now(db: HermesDB, session_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """Every session's (count, id sum) of active messages now (when no index check computed it)."""
+    totals = db.session_totals(session_ids)
+    return {sid: totals.get(sid, EMPTY_TOTALS) for sid in session_ids}
+
+
+@dataclass
+class ScopeMatrix:
+    """A matrix file seen from one scope: the rows that may be returned now, and the rest masked."""
+
+    matrix: Matrix
+    excluded: Any  # numpy int64: row positions outside the scope, dropped or not live
+    count: int  # rows that may be returned
+
+    def __len__(self) -> int:
+        return self.count
+
+    @property
+    def width(self) -> int:
+        return self.matrix.width
+
+
+def _scope_view(db: HermesDB, matrix: Matrix, session_ids: Sequence[str]) -> ScopeMatrix:
+    import numpy as np
+
+    rows = matrix.rows
+    if not len(rows):
+        return ScopeMatrix(matrix=matrix, excluded=np.zeros(0, dtype=np.int64), count=0)
+    scope = np.zeros(len(matrix.sessions) + 1, dtype=bool)
+    positions = [matrix.session_index[sid] for sid in session_ids if sid in matrix.session_index]
+    scope[positions] = True
+    keep = scope[rows["session"]]
+    if matrix.dropped is not None and len(matrix.dropped):
+        keep &= ~np.isin(rows["chunk_id"], matrix.dropped)
+    nonlive = db.nonlive_message_ids(session_ids)
+    if nonlive:
+        keep &= ~np.isin(rows["message_id"], np.asarray(nonlive, dtype=np.int64))
+    return ScopeMatrix(matrix=matrix, excluded=np.flatnonzero(~keep), count=int(keep.sum()))
+
+
+class MatrixCache:
+    """Per (database file, model, project): the mapped matrix file, and the mask of the last scope,
+    reused while nothing it depends on changed (embeddings.db's write counter, the scope's sessions
+    and their active messages)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[str, str, str], tuple[tuple, ScopeMatrix]] = {}
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def matrix(
+        self,
+        db: HermesDB,
+        store: IndexStore,
+        fingerprint: str,
+        session_ids: Sequence[str],
+        scope_key: str | None = None,
+        active_totals: dict[str, tuple[int, int]] | None = None,
+    ) -> ScopeMatrix:
+        scope_hash = content_hash("\n".join(sorted(session_ids)))
+        key = scope_key or "sessions:" + scope_hash
+        slot = (str(store.path), fingerprint, key)
+        if active_totals is None:
+            active_totals = active_totals_now(db, session_ids)
+        instance, generation = store.instance, store.generation
+        freshness = (
+            instance,
+            generation,
+            scope_hash,
+            tuple(active_totals.get(sid, EMPTY_TOTALS) for sid in session_ids),
+        )
+        with self._lock:
+            cached = self._entries.get(slot)
+        if cached and cached[0] == freshness:
+            return cached[1]
+        matrix = cached[1].matrix if cached and cached[0][0] == instance else None
+        if matrix is None or not matrix.covers(session_ids, generation):
+            folder = matrix_dir(store.path)
+            matrix = read(
+                folder, file_name(instance, fingerprint, key), instance, fingerprint
+            )
+            if matrix is None or not matrix.covers(session_ids, generation):
+                matrix = refresh(store, fingerprint, key, session_ids)
+        view = _scope_view(db, matrix, session_ids)
+        with self._lock:
+            self._entries[slot] = (freshness, view)
+        return view
+
+
+
+
+
+def top_messages(
+    matrix: ScopeMatrix, query_vector: Any, top_k: int, stats: dict[str, float] | None = None
+) -> list[tuple[int, str, int, float]]:
+    """(message_id, session_id, chunk_index, cosine) of the best chunk per message, best first.
+
+    ``stats``, when given, receives ``mean``: the query's mean cosine over every in-scope chunk
+    (from the score vector already computed, in float64: the matrix itself is never copied), and
+    ``count``, how many chunks that is.
+    """
+    import numpy as np
+
+    if not len(matrix):
+        return []
+    if matrix.width != len(query_vector):
+        raise WidthMismatch(
+            f"the embedding model returns {len(query_vector)}-dimensional vectors but the index holds "
+            f"{matrix.width}-dimensional ones: the model behind the endpoint changed; {PURGE_HINT}"
+        )
+    # einsum runs on this thread: BLAS's threads stall whenever another process has the other
+    # cores (a 3k-row product took 5 ms instead of 0.1 ms on a busy 2-core machine, measured).
+    scores = np.einsum("ij,j->i", matrix.matrix.vectors, np.asarray(query_vector, dtype=np.float32))
+    if stats is not None:
+        total = float(scores.sum(dtype=np.float64))
+        if len(matrix.excluded):
+            total -= float(scores[matrix.excluded].sum(dtype=np.float64))
+        stats["mean"], stats["count"] = total / max(len(matrix), 1), float(len(matrix))
+    if len(matrix.excluded):
+        scores[matrix.excluded] = -np.inf
+    k = min(top_k, len(matrix))
+    best = np.argpartition(scores, len(scores) - k)[len(scores) - k :]
+    best = best[np.argsort(-scores[best], kind="stable")]
+    rows, sessions = matrix.matrix.rows, matrix.matrix.sessions
+    picked: dict[int, tuple[int, str, int, float]] = {}
+    for row in best:
+        message_id = int(rows["message_id"][row])
+        if message_id not in picked:
+            picked[message_id] = (
+                message_id,
+                sessions[int(rows["session"][row])],
+                int(rows["chunk_index"][row]),
+                float(scores[row]),
+            )
+    return list(picked.values())
+
+
+# Below this many in-scope chunks the query's mean similarity is no background to measure a hit
+# against (the hit itself weighs in it): no lift, no relevance floor.
+MIN_BACKGROUND_CHUNKS = 100
+
+
+def hits_with_lift(matrix: ScopeMatrix, query_vector: Any, top_k: int) -> tuple[list, float | None, bool]:
+    """:func:`top_messages` plus the scope's mean cosine, and whether the scope is large enough
+    (:data:`MIN_BACKGROUND_CHUNKS`) for that mean to be a background."""
+    stats: dict[str, float] = {}
+    hits = top_messages(matrix, query_vector, top_k, stats)
+    return hits, stats.get("mean", 0.0), stats.get("count", 0) >= MIN_BACKGROUND_CHUNKS

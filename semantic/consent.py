@@ -16,8 +16,8 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .config_schema import EmbeddingSettings, endpoint_of, endpoint_secret
-from .hermes_env import HermesEnv
+from ..config_schema import EmbeddingSettings, endpoint_of, endpoint_secret
+from ..store import HermesEnv
 
 logger = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import attribution
+from .. import attribution
 
 logger = logging.getLogger(__name__)
 
@@ -196,17 +196,6 @@ def _open_store(path: Path) -> sqlite3.Connection:
     raise AssertionError("unreachable")
 
 
-_WARNED: set[str] = set()
-
-
-def _warn_once(path: Path | None, message: str) -> None:
-    if str(path) not in _WARNED:
-        _WARNED.add(str(path))
-        logger.warning(message, path, exc_info=True)
-    else:
-        logger.debug(message, path, exc_info=True)
-
-
 def _write_answers(conn: sqlite3.Connection, answers: dict[str, Answer]) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -263,7 +252,15 @@ class GitProbe:
         self._persisted: dict[str, set[str]] = {}  # store path -> markers written or read there
         self._inflight: dict[str, Future] = {}
         self._pool: ThreadPoolExecutor | None = None
+        self._warned: set[str] = set()  # stores whose failure was logged at WARNING once
         self.generation = 0  # changes whenever an answer is learnt or forgotten
+
+    def _warn_once(self, path: Path | None, message: str) -> None:
+        if str(path) not in self._warned:
+            self._warned.add(str(path))
+            logger.warning(message, path, exc_info=True)
+        else:
+            logger.debug(message, path, exc_info=True)
 
     # -- filesystem facts
     def facts_epoch(self) -> int:
@@ -396,7 +393,7 @@ class GitProbe:
             rows = conn.execute("SELECT marker, signature, common, worktree, probed_at FROM answers")
             loaded = {row[0]: Answer(*row[1:]) for row in rows}
         except (sqlite3.Error, OSError):
-            _warn_once(persisted.path, "could not read %s; asking git again")
+            self._warn_once(persisted.path, "could not read %s; asking git again")
             return
         with self._lock:
             for marker, answer in loaded.items():
@@ -436,15 +433,10 @@ class GitProbe:
     def common_repo_root(self, cwd: str, store: Path | None = None) -> str:
         return self.repo_roots(cwd, store)[0]
 
-    def forget(self) -> None:
-        """Drop everything learnt (tests; a long-lived process never needs it)."""
+    def close(self) -> None:
+        """Stop the probe threads (a probe already running finishes on its own, bounded by git's
+        timeout)."""
         with self._lock:
-            self._real.clear()
-            self._markers.clear()
-            self._answers.clear()
-            self._persisted.clear()
-            self.generation += 1
-
-
-#: The process's probe (git's answers do not depend on HERMES_HOME; git_roots.db is per home).
-PROBE = GitProbe()
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)

@@ -1,24 +1,18 @@
-"""Hermes's databases: a read-only reader of ``state.db`` and ``projects.db``, and, fenced apart at
-the bottom, the plugin's one write to Hermes's data (the move's ``update_session_cwd``).
+"""The keyword engine's reads of Hermes's full-text tables (``messages_fts``, unicode61, and
+``messages_fts_trigram``) and of the scope's message ids; nothing here writes.
 
-:class:`HermesDB` opens ``state.db`` once per call, read-only (``mode=ro`` on a URI-encoded path,
-so a ``#`` or ``?`` in ``HERMES_HOME`` cannot open a different, writable file), and
-``projects.db`` at most once, on first use. Reads stay short and in autocommit, so a Hermes
-writer is never held up by us.
-
-The schema is detected, not assumed: 0.19.0 has no ``sessions.hidden`` and inline FTS tables;
-upstream adds ``hidden``, ``messages.display_kind`` and external-content FTS with more columns.
-A ``state.db`` without ``sessions``/``messages`` is no session database: Hermes 0.19 creates one
-holding only ``async_delegations`` the first time ``model_tools`` is imported (spec §七 ``no_db``).
+:class:`FullTextReader` works on one call's :class:`store.HermesDB` connection. FTS5 knows nothing of
+sessions, so a scope is applied either as the set of the scope's message ids the process keeps
+(:class:`SessionMessages`, asked through an SQL function from C) or, the first time a process sees
+a scope, by joining the matches to ``messages``: both give the same rows (``docs/design.md``,
+"Keyword path").
 """
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import json
 import logging
-import os
 import sqlite3
 import threading
 from array import array
@@ -28,129 +22,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .hermes_env import HermesEnv
+from ..store import HermesDB
 
 logger = logging.getLogger(__name__)
 
-BUSY_TIMEOUT_SECONDS = 5.0
-# Sources that are not a person's conversation (as in Hermes's own session_search).
-HIDDEN_SOURCES = ("subagent", "tool")
-MULTIMODAL_PREFIX = "\x00json:"
 # Matching messages read per session in one query step: a search returns one message per session.
 PER_SESSION_SCAN = 5
 # FTS rows checked for liveness and session per statement while a ranked FTS query is read: small
 # first (keyword mode often needs three conversations), larger as more is read.
 FTS_BLOCKS = (32, 128, 512)
-
-ChunkKey = tuple[str, int, int]  # (session_id, message_id, chunk_index)
-#: A session's active messages: (newest id, count, sum of ids). Hermes appends messages and only
-#: ever flips ``active`` (rewind, restore_rewound, compaction), so a change to any of the three
-#: is a change to the session's live history.
-SessionMark = tuple[int, int, int]
-
-
-class NoSessionDatabase(Exception):
-    """state.db is missing, or holds no sessions table yet (spec §七 ``no_db``)."""
-
-
-def connect_readonly(path: Path, timeout: float = BUSY_TIMEOUT_SECONDS) -> sqlite3.Connection:
-    """A read-only connection that can never create or write the file."""
-    uri = Path(path).resolve().as_uri() + "?mode=ro"
-    conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None, check_same_thread=False)
-    conn.row_factory = sqlite3.Row
-    return conn
-
-
-def message_text(content: Any) -> str:
-    """Plain text of a message; multimodal rows (``\\x00json:`` + parts) keep their text parts."""
-    if content is None:
-        return ""
-    text = str(content)
-    if not text.startswith(MULTIMODAL_PREFIX):
-        return text
-    try:
-        parts = json.loads(text[len(MULTIMODAL_PREFIX) :])
-    except ValueError:
-        return ""
-    if isinstance(parts, str):
-        return parts
-    pieces = []
-    for part in parts if isinstance(parts, list) else []:
-        if isinstance(part, dict) and isinstance(part.get("text"), str):
-            pieces.append(part["text"])
-        elif isinstance(part, str):
-            pieces.append(part)
-    return "\n".join(pieces)
-
-
-@dataclass(frozen=True)
-class StateSchema:
-    """What this state.db has; decided by looking, because 0.19.0 and upstream differ."""
-
-    session_columns: frozenset[str]
-    message_columns: frozenset[str]
-    fts_columns: tuple[str, ...]  # messages_fts columns, () when there is no FTS table
-    has_trigram: bool
-
-    @property
-    def live_message_sql(self) -> str:
-        """Live rows, as Hermes's own search sees them: compacted rows are still discoverable."""
-        live = "(m.active = 1 OR m.compacted = 1)" if "compacted" in self.message_columns else "m.active = 1"
-        if "display_kind" in self.message_columns:
-            live += " AND COALESCE(m.display_kind, '') != 'hidden'"
-        return live
-
-    @property
-    def visible_session_sql(self) -> str:
-        clauses = [f"COALESCE(s.source, '') NOT IN ({', '.join(repr(s) for s in HIDDEN_SOURCES)})"]
-        if "archived" in self.session_columns:
-            clauses.append("COALESCE(s.archived, 0) = 0")
-        if "hidden" in self.session_columns:
-            clauses.append("COALESCE(s.hidden, 0) = 0")
-        return " AND ".join(clauses)
-
-
-def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
-    return [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
-
-
-_SCHEMAS: dict[tuple[str, int], StateSchema] = {}
-
-
-def detect_schema(conn: sqlite3.Connection, path: Path | None = None) -> StateSchema:
-    """What this state.db has; remembered per file and ``PRAGMA schema_version`` (which changes
-    with every schema change), so a call pays one pragma instead of four reads."""
-    key = None
-    if path is not None:
-        key = (str(path), conn.execute("PRAGMA schema_version").fetchone()[0])
-        known = _SCHEMAS.get(key)
-        if known is not None:
-            return known
-    schema = _detect_schema(conn)
-    if key is not None:
-        if len(_SCHEMAS) > 32:
-            _SCHEMAS.clear()
-        _SCHEMAS[key] = schema
-    return schema
-
-
-def _detect_schema(conn: sqlite3.Connection) -> StateSchema:
-    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if not {"sessions", "messages"} <= tables:
-        raise NoSessionDatabase("state.db has no sessions yet")
-    return StateSchema(
-        session_columns=frozenset(_columns(conn, "sessions")),
-        message_columns=frozenset(_columns(conn, "messages")),
-        fts_columns=tuple(_columns(conn, "messages_fts")) if "messages_fts" in tables else (),
-        has_trigram="messages_fts_trigram" in tables,
-    )
+_SCOPE_SQL = "m.session_id IN (SELECT value FROM json_each(?))"
 
 
 @dataclass
 class ScopeIds:
     """One scope's messages as the process remembers them: each id's session (``owner``, asked
     through ``owner.__contains__`` by FTS5), and answers about the scope
-    (:meth:`HermesDB.in_conversations`), kept until the scope gains a message. A rewind or restore
+    (:meth:`FullTextReader.in_conversations`), kept until the scope gains a message. A rewind or restore
     in another session does not clear them: they decide which words rank, never what is in scope
     or what may be returned, and a message later restored is re-counted when the scope next grows.
     """
@@ -188,7 +76,7 @@ class SessionMessages:
     kept: Hermes's ``(session_id, ...)`` index holds them, so a scope loads from the index alone
     (100k messages: 53 ms, 109 ms with state.db out of the page cache), where asking each row for
     its role took 94 and 1,211 ms. Role and liveness are checked on the rows read
-    (:meth:`HermesDB.fts_messages`): a tool row can be ranked, never returned.
+    (:meth:`FullTextReader.fts_messages`): a tool row can be ranked, never returned.
     """
 
     #: Scopes kept at once. One costs ~80 bytes per message (8 MiB for 100k); rebuilding it from
@@ -228,7 +116,7 @@ class SessionMessages:
 
         Loading a scope costs more than one search's join for most queries, and a process that
         searches once (every ``hermes chat -q``) would never get it back. So a scope is loaded when
-        a later search asks for it again (a search asks once: :meth:`HermesDB.scope_members`), or
+        a later search asks for it again (a search asks once: :meth:`FullTextReader.scope_members`), or
         at once with ``load``.
         """
         wanted = frozenset(sessions)
@@ -292,33 +180,25 @@ class SessionMessages:
         self.by_session.update(loaded)
 
 
-_REGISTERS: dict[str, SessionMessages] = {}
-_REGISTERS_LOCK = threading.Lock()
+class ScopeIdRegisters:
+    """The process's :class:`SessionMessages`, one per ``state.db`` path; owned by the plugin's
+    :class:`ProcessState`."""
 
+    LIMIT = 8
 
-def session_messages(path: Path) -> SessionMessages:
-    """The process's :class:`SessionMessages` for the ``state.db`` at ``path``."""
-    key = str(path)
-    with _REGISTERS_LOCK:
-        register = _REGISTERS.get(key)
-        if register is None:
-            if len(_REGISTERS) >= 8:
-                _REGISTERS.clear()
-            register = _REGISTERS[key] = SessionMessages()
-        return register
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._registers: dict[str, SessionMessages] = {}
 
-
-_SESSION_FIELDS = (
-    "id",
-    "source",
-    "title",
-    "started_at",
-    "cwd",
-    "git_repo_root",
-    "parent_session_id",
-    "end_reason",
-)
-_SCOPE_SQL = "m.session_id IN (SELECT value FROM json_each(?))"
+    def for_path(self, path: Path) -> SessionMessages:
+        key = str(path)
+        with self._lock:
+            register = self._registers.get(key)
+            if register is None:
+                if len(self._registers) >= self.LIMIT:
+                    self._registers.clear()
+                register = self._registers[key] = SessionMessages()
+            return register
 
 
 def _like_pattern(term: str) -> str:
@@ -351,146 +231,16 @@ def _like_boolean(expression: Sequence[tuple[str, str]], column: str) -> tuple[s
     return "(" + " ".join(parts) + ")", params
 
 
-class HermesDB:
-    """Read-only access to one home's ``state.db`` (and ``projects.db``), opened once per call.
+class FullTextReader:
+    """Full-text reads over one call's ``state.db`` connection, with the process's memory of the
+    scope's message ids (``registers``; None: every scope is joined, nothing is remembered)."""
 
-    Use as a context manager; :meth:`open` raises :class:`NoSessionDatabase` when there is
-    nothing to read yet.
-    """
-
-    def __init__(
-        self,
-        env: HermesEnv,
-        conn: sqlite3.Connection,
-        schema: StateSchema,
-        ident: tuple[int, int] | None = None,
-    ) -> None:
-        self.env = env
-        self.conn = conn
-        self.schema = schema
-        self.ident = ident  # (device, inode) of state.db: which file the process's memory is of
-        self._projects: list[dict[str, Any]] | None = None
+    def __init__(self, db: HermesDB, registers: ScopeIdRegisters | None = None) -> None:
+        self.db = db
+        self.conn = db.conn
+        self.schema = db.schema
+        self._register = registers.for_path(db.env.state_db) if registers is not None else None
         self._members: dict[frozenset[str], ScopeIds | None] = {}
-
-    @classmethod
-    def open(cls, env: HermesEnv) -> HermesDB:
-        try:
-            st = os.stat(env.state_db)
-        except OSError:
-            raise NoSessionDatabase("state.db not found") from None
-        conn = connect_readonly(env.state_db)
-        try:
-            return cls(env, conn, detect_schema(conn, env.state_db), (st.st_dev, st.st_ino))
-        except BaseException:
-            conn.close()
-            raise
-
-    def close(self) -> None:
-        self.conn.close()
-
-    def __enter__(self) -> HermesDB:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # ----------------------------------------------------------------------- sessions
-
-    def _session_select(self) -> str:
-        return ", ".join(f"s.{name}" for name in _SESSION_FIELDS if name in self.schema.session_columns)
-
-    def session(self, session_id: str) -> dict[str, Any] | None:
-        row = self.conn.execute(
-            f"SELECT {self._session_select()} FROM sessions s WHERE s.id = ?", (session_id,)
-        ).fetchone()
-        return dict(row) if row else None
-
-    def session_links(self) -> list[tuple[str, str | None, str | None, int, str | None]]:
-        """Every session as ``(id, cwd, git_repo_root, visible, continues)``, oldest first.
-
-        ``visible``: 1 when it can be a search result (not archived, not hidden, a person's).
-        ``continues``: the session it continues after Hermes compressed the context, as
-        ``SessionDB.get_compression_tip`` follows it (the parent ended with ``compression``; not
-        a branch, a delegation or a tool run), else None. Plain tuples: this is read on every
-        change of state.db and holds every session.
-        """
-        columns = self.schema.session_columns
-
-        def config_key(key: str) -> str:
-            if "model_config" not in columns:
-                return "1"
-            return (
-                "(CASE WHEN json_valid(s.model_config) "
-                f"THEN json_extract(s.model_config, '$.{key}') END IS NULL)"
-            )
-
-        cwd = "s.cwd" if "cwd" in columns else "NULL"
-        root = "s.git_repo_root" if "git_repo_root" in columns else "NULL"
-        if "parent_session_id" in columns and "end_reason" in columns:
-            continues = (
-                "CASE WHEN p.end_reason = 'compression' "
-                f"AND {config_key('_branched_from')} AND {config_key('_delegate_from')} "
-                "AND COALESCE(s.source, '') != 'tool' THEN s.parent_session_id END"
-            )
-            join = "LEFT JOIN sessions p ON p.id = s.parent_session_id"
-        else:
-            continues, join = "NULL", ""
-        order = "s.started_at, s.id" if "started_at" in columns else "s.id"
-        sql = (
-            f"SELECT s.id, {cwd}, {root}, CASE WHEN {self.schema.visible_session_sql} THEN 1 ELSE 0 END, "
-            f"{continues} FROM sessions s {join} ORDER BY {order}"
-        )
-        conn = self.conn
-        factory, conn.row_factory = conn.row_factory, None
-        try:
-            return conn.execute(sql).fetchall()
-        finally:
-            conn.row_factory = factory
-
-    def titles(self, session_ids: Iterable[str]) -> dict[str, str | None]:
-        ids = list(session_ids)
-        if not ids or "title" not in self.schema.session_columns:
-            return {}
-        rows = self.conn.execute(
-            "SELECT s.id, s.title FROM sessions s WHERE s.id IN (SELECT value FROM json_each(?))",
-            (json.dumps(ids),),
-        ).fetchall()
-        return {row[0]: row[1] for row in rows}
-
-    # ----------------------------------------------------------------------- projects.db
-
-    def projects(self) -> list[dict[str, Any]]:
-        """Active projects with their folders; [] when projects.db does not exist (spec §七)."""
-        if self._projects is None:
-            self._projects = self._read_projects()
-        return self._projects
-
-    def _read_projects(self) -> list[dict[str, Any]]:
-        path = self.env.projects_db
-        if not path.exists():
-            return []
-        from hermes_cli import projects_db
-
-        try:
-            conn = connect_readonly(path)
-            try:
-                return [project.to_dict() for project in projects_db.list_projects(conn)]
-            finally:
-                conn.close()
-        except sqlite3.Error:
-            logger.warning("projects.db unreadable; falling back to automatic repo projects", exc_info=True)
-            return []
-
-    def project(self, id_or_slug: str) -> dict[str, Any] | None:
-        """A project by id, else by slug (as ``projects_db.get_project``); archived ones are no target."""
-        projects = self.projects()
-        for wanted, key in ((id_or_slug, "id"), (id_or_slug.lower(), "slug")):
-            for project in projects:
-                if project.get(key) == wanted:
-                    return project
-        return None
-
-    # ----------------------------------------------------------------------- keyword queries
 
     def fts_messages(
         self,
@@ -566,9 +316,13 @@ class HermesDB:
         passes the search makes (a first search's OR pass must not load what its AND pass joined);
         ``load``: now, for a caller that cannot do without it."""
         wanted = frozenset(session_ids)
+        if self._register is None:
+            if not load:
+                return None
+            register = SessionMessages()  # this call's alone
+            return register.members(self.conn, self.db.ident, wanted, load=True)
         if self._members.get(wanted) is None and (load or wanted not in self._members):
-            register = session_messages(self.env.state_db)
-            self._members[wanted] = register.members(self.conn, self.ident, wanted, load=load)
+            self._members[wanted] = self._register.members(self.conn, self.db.ident, wanted, load=load)
         return self._members[wanted]
 
     def _ranked(
@@ -654,30 +408,6 @@ class HermesDB:
             FROM messages h WHERE h.id IN (SELECT value FROM json_each(?))
         """
         return {row[0]: row[1] for row in self.conn.execute(sql, (json.dumps(ids),)).fetchall()}
-
-    def sessions_active_between(
-        self, session_ids: Iterable[str], windows: Sequence[tuple[float, float]]
-    ) -> set[str]:
-        """The sessions with a live user/assistant message timestamped inside one of the windows.
-
-        One range seek of Hermes's ``(session_id, timestamp)`` index per session and window.
-        """
-        ids = json.dumps(list(dict.fromkeys(session_ids)))
-        found: set[str] = set()
-        for start, end in windows:
-            rows = self.conn.execute(
-                f"""
-                SELECT wanted.value FROM json_each(?) AS wanted
-                WHERE EXISTS (
-                    SELECT 1 FROM messages m
-                    WHERE m.session_id = wanted.value AND m.timestamp >= ? AND m.timestamp < ?
-                      AND m.role IN ('user', 'assistant') AND {self.schema.live_message_sql}
-                )
-                """,
-                (ids, start, end),
-            ).fetchall()
-            found.update(row[0] for row in rows)
-        return found
 
     def in_conversations(self, table: str, match: str, in_scope: Mapping[str, str], at_least: int) -> bool:
         """Do at least ``at_least`` of ``in_scope``'s conversations (its values) have a live
@@ -830,173 +560,3 @@ class HermesDB:
         return [dict(row) for row in self.conn.execute(sql, params).fetchall()]
 
     # ----------------------------------------------------------------------- what the index covers
-
-    def live_messages(self, sessions: Mapping[str, int] | Sequence[str]) -> list[dict[str, Any]]:
-        """Live user/assistant messages of these sessions, in order: what the semantic index covers.
-
-        ``sessions`` maps a session to the message id after which to read (a list means all).
-        """
-        after_id_by_session = sessions if isinstance(sessions, Mapping) else dict.fromkeys(sessions, 0)
-        sql = f"""
-            SELECT m.id AS message_id, m.session_id, m.role, m.content, m.timestamp
-            FROM json_each(?) AS wanted
-            CROSS JOIN messages m ON m.session_id = json_extract(wanted.value, '$[0]')
-                           AND m.id > json_extract(wanted.value, '$[1]')
-            WHERE m.role IN ('user', 'assistant')
-              AND {self.schema.live_message_sql}
-            ORDER BY m.id
-        """
-        wanted = json.dumps([[sid, after] for sid, after in after_id_by_session.items()])
-        return [dict(r) for r in self.conn.execute(sql, (wanted,)).fetchall()]
-
-    def preceding_messages(self, up_to_id_by_session: Mapping[str, int], count: int) -> dict[str, list[str]]:
-        """Per session, the text of its last ``count`` live user/assistant messages up to an id."""
-        earlier: dict[str, list[str]] = {}
-        for session_id, up_to in up_to_id_by_session.items():
-            rows = self.conn.execute(
-                f"SELECT m.content FROM messages m WHERE m.session_id = ? AND m.id <= ? "
-                f"AND m.role IN ('user', 'assistant') AND {self.schema.live_message_sql} "
-                "ORDER BY m.id DESC LIMIT ?",
-                (session_id, up_to, count),
-            ).fetchall()
-            texts = [message_text(row[0]) for row in reversed(rows)]
-            earlier[session_id] = [text for text in texts if text.strip()]
-        return earlier
-
-    def messages_by_id(self, message_ids: Iterable[int]) -> dict[int, dict[str, Any]]:
-        ids = list(message_ids)
-        if not ids:
-            return {}
-        rows = self.conn.execute(
-            "SELECT m.id AS message_id, m.session_id, m.role, m.content, m.timestamp FROM messages m "
-            "WHERE m.id IN (SELECT value FROM json_each(?))",
-            (json.dumps(ids),),
-        ).fetchall()
-        return {row["message_id"]: dict(row) for row in rows}
-
-    def live_signature(self, session_ids: Sequence[str]) -> tuple:
-        """Changes whenever a message of these sessions is added, rewound, compacted or removed."""
-        compacted = "total(m.compacted)" if "compacted" in self.schema.message_columns else "0"
-        row = self.conn.execute(
-            f"SELECT count(*), max(m.id), total(m.active), {compacted} FROM messages m WHERE {_SCOPE_SQL}",
-            (json.dumps(list(session_ids)),),
-        ).fetchone()
-        return tuple(row)
-
-    def session_totals(self, session_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
-        """Per session, (count, sum of ids) of its active messages, read from Hermes's
-        (session_id, active, ...) index alone, never a row. Sessions with none are left out.
-
-        The cheapest exact-enough signal of change there is: an append, a rewind, a
-        ``restore_rewound``, a compaction or a rewrite each change the count or the sum.
-        """
-        rows = self.conn.execute(
-            f"SELECT m.session_id, count(*), sum(m.id) FROM messages m WHERE {_SCOPE_SQL} AND m.active = 1 "
-            "GROUP BY m.session_id",
-            (json.dumps(list(session_ids)),),
-        )
-        return {r[0]: (r[1], r[2]) for r in rows}
-
-    def session_marks(self, session_ids: Sequence[str]) -> dict[str, SessionMark]:
-        """Per session, the :data:`SessionMark` of its active messages (index only, as above)."""
-        rows = self.conn.execute(
-            "SELECT m.session_id, max(m.id), count(*), sum(m.id) FROM messages m "
-            f"WHERE {_SCOPE_SQL} AND m.active = 1 GROUP BY m.session_id",
-            (json.dumps(list(session_ids)),),
-        )
-        return {r[0]: (r[1], r[2], r[3]) for r in rows}
-
-    def active_after(self, after_id_by_session: Mapping[str, int]) -> dict[str, tuple[int, int]]:
-        """Per session, (count, sum of ids) of its active messages newer than the given id."""
-        if not after_id_by_session:
-            return {}
-        rows = self.conn.execute(
-            "SELECT json_extract(wanted.value, '$[0]'), count(*), sum(m.id) FROM json_each(?) AS wanted "
-            "CROSS JOIN messages m ON m.session_id = json_extract(wanted.value, '$[0]') "
-            "AND m.active = 1 AND m.id > json_extract(wanted.value, '$[1]') GROUP BY wanted.key",
-            (json.dumps([[sid, after] for sid, after in after_id_by_session.items()]),),
-        )
-        return {r[0]: (r[1], r[2]) for r in rows}
-
-    def nonlive_message_ids(self, session_ids: Sequence[str]) -> list[int]:
-        """Messages of these sessions that are stored but not live (rewound; hidden upstream)."""
-        scope = json.dumps(list(session_ids))
-        condition = "m.active = 0"
-        if "compacted" in self.schema.message_columns:
-            condition += " AND COALESCE(m.compacted, 0) = 0"
-        ids = [
-            r[0]
-            for r in self.conn.execute(
-                f"SELECT m.id FROM messages m WHERE {_SCOPE_SQL} AND {condition}", (scope,)
-            )
-        ]
-        if "display_kind" in self.schema.message_columns:
-            ids += [
-                r[0]
-                for r in self.conn.execute(
-                    f"SELECT m.id FROM messages m WHERE {_SCOPE_SQL} AND m.display_kind = 'hidden'", (scope,)
-                )
-            ]
-        return ids
-
-    def live_message_ids(self, session_ids: Sequence[str]) -> set[int]:
-        rows = self.conn.execute(
-            f"SELECT m.id FROM messages m WHERE m.role IN ('user', 'assistant') "
-            f"AND {self.schema.live_message_sql} AND {_SCOPE_SQL}",
-            (json.dumps(list(session_ids)),),
-        )
-        return {r[0] for r in rows}
-
-
-# =========================================================================== the one write
-# Everything above only reads. The move below is the plugin's single write to Hermes's data, and
-# it goes through Hermes's own SessionDB (spec §八), never through SQL of ours.
-
-
-def update_session_cwd(
-    env: HermesEnv, session_ids: str | Sequence[str], cwd: str, git_branch_name: str, git_repo_root: str
-) -> None:
-    """Record a new cwd through Hermes's own ``SessionDB.update_session_cwd`` (spec §3.3), for one
-    session or every session of a compressed conversation (one SessionDB, one write each).
-
-    Upstream's ``replace_git_meta=True`` overwrites stale git fields; 0.19.0 cannot clear them,
-    which :func:`attribution.trusted_repo_root` compensates for when reading.
-    """
-    from hermes_state import SessionDB
-
-    db = SessionDB(db_path=env.state_db)
-    try:
-        kwargs: dict[str, Any] = {}
-        if "replace_git_meta" in inspect.signature(db.update_session_cwd).parameters:
-            kwargs["replace_git_meta"] = True
-        for session_id in [session_ids] if isinstance(session_ids, str) else session_ids:
-            db.update_session_cwd(
-                session_id,
-                cwd,
-                git_branch=git_branch_name or None,
-                git_repo_root=git_repo_root or None,
-                **kwargs,
-            )
-    finally:
-        db.close()
-
-
-def reanchor_live_session(task_id: str | None, path: str, name: str) -> bool:
-    """Re-anchor the running session where Hermes exposes the hook its ``project_switch`` uses.
-
-    The TUI/desktop gateway installs it; the CLI does not, and then the running process keeps
-    its cwd until the conversation is resumed.
-    """
-    try:
-        from tools import project_tools
-    except Exception:
-        return False
-    callback = getattr(project_tools, "_workspace_callback", None)
-    if callback is None or not task_id:
-        return False
-    try:
-        callback(task_id, path, name)
-    except Exception:
-        logger.warning("live workspace re-anchor failed", exc_info=True)
-        return False
-    return True

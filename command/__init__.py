@@ -1,0 +1,209 @@
+"""``hermes project-history``: the plugin's terminal command.
+
+It is spec §五 step 2's "configuration command": ``setup`` installs and configures an embedding
+provider (``setup.py``); the user (or the agent, after the user said yes in chat) runs ``allow``
+to record consent; ``status`` shows what is configured, agreed and indexed (``status.py``);
+``revoke`` turns semantic search off (``--purge`` deletes the vectors); ``index`` builds the index
+now; ``search`` is the agent's search for a person at a terminal (``commands.py``).
+``enable``/``disable`` are the old names of ``allow``/``revoke`` and still work; the new names
+cannot be mistaken for ``hermes plugins enable/disable`` or ``hermes tools enable/disable``.
+
+Hermes ignores a plugin command's return value, so failures end with ``SystemExit`` and a
+non-zero code, and every message names what was wrong, in one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from ..handlers import MODES
+
+if TYPE_CHECKING:
+    from .. import ProcessState
+
+DESCRIPTION = (
+    "Search this project's past conversations and manage semantic search.\n"
+    "Keyword search works without any of this; semantic search needs `setup` and your consent."
+)
+
+EPILOG = """getting started:
+  hermes project-history setup local --yes        install a local model (nothing leaves this machine)
+  hermes project-history allow --all-projects     agree to semantic search (or --project ID)
+  hermes project-history index --all-projects     build the index, with progress
+  hermes project-history search how did we fix the login timeout
+
+`allow`/`revoke` record and withdraw your consent; they are not `hermes plugins enable/disable`
+(which turn the plugin itself on and off). `enable`/`disable` still work as their aliases."""
+
+logger = logging.getLogger(__name__)
+
+
+class CommandError(Exception):
+    """A user-facing failure: printed as one line on stderr, exit code 2."""
+
+
+def setup_parser(parser: argparse.ArgumentParser) -> None:
+    from . import setup
+
+    parser.epilog = EPILOG
+    parser.set_defaults(project_history_help=parser.print_help)
+    sub = parser.add_subparsers(dest="project_history_command", metavar="COMMAND")
+
+    setup.add_parser(sub)
+    sub.add_parser("status", help="settings in effect, consent, and per-project index coverage")
+
+    enable = sub.add_parser(
+        "allow",
+        aliases=["enable"],
+        help="record your consent to semantic search for projects and turn it on (alias: enable)",
+    )
+    enable.add_argument(
+        "--project",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="project id or slug, repo:<path>, or a folder (repeatable); default: this folder's project",
+    )
+    enable.add_argument("--all-projects", action="store_true", help="agree for every project of this profile")
+    enable.add_argument("--yes", action="store_true", help="the user already agreed (e.g. in chat)")
+
+    disable = sub.add_parser(
+        "revoke", aliases=["disable"], help="withdraw consent: semantic search off (alias: disable)"
+    )
+    disable.add_argument("--purge", action="store_true", help="also delete every stored vector")
+
+    index = sub.add_parser("index", help="build the semantic index now, with a progress bar")
+    which = index.add_mutually_exclusive_group()
+    which.add_argument("--project", metavar="ID", help="project id or slug, repo:<path>, or a folder")
+    which.add_argument("--all-projects", action="store_true")
+
+    search = sub.add_parser(
+        "search",
+        help="search a project's conversations",
+        description="Search a project's conversations. Quotes around the query are optional.",
+    )
+    search.add_argument("query", nargs="+", help="words of the query (no quotes needed)")
+    search.add_argument("--mode", choices=MODES, default="hybrid")
+    search.add_argument("--limit", type=int, default=3, help="sessions to show, 1 to 10 (default 3)")
+    where = search.add_mutually_exclusive_group()
+    where.add_argument("--cwd", metavar="DIR", help="search as a conversation in DIR (default: here)")
+    where.add_argument("--session", metavar="ID", help="search as this conversation")
+    search.add_argument("--json", action="store_true", help="print the tool's JSON result")
+
+
+def run(process: ProcessState, args: argparse.Namespace) -> int:
+    from . import commands, setup, status
+
+    handlers = {
+        "setup": lambda: setup.run(process, args),
+        "status": lambda: status.run(process),
+        "allow": lambda: commands.allow(process, args),
+        "enable": lambda: commands.allow(process, args),
+        "revoke": lambda: commands.revoke(process, args),
+        "disable": lambda: commands.revoke(process, args),
+        "index": lambda: commands.index(process, args),
+        "search": lambda: commands.search(process, args),
+    }
+    handler = handlers.get(getattr(args, "project_history_command", None) or "")
+    if handler is None:  # bare `hermes project-history`: full help, as Hermes's own commands do
+        print_help = getattr(args, "project_history_help", None)
+        if print_help is not None:
+            print_help()
+        else:
+            print("usage: hermes project-history {setup,status,allow,revoke,index,search} ...")
+        return 0
+    try:
+        code = handler() or 0
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+    except (CommandError, setup.SetupError) as error:
+        print(f"hermes project-history: {error}", file=sys.stderr)
+        code = 2
+    except BrokenPipeError:  # `... | head -1`: the reader has gone; stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        code = 0
+    except KeyboardInterrupt:
+        code = 130
+    except Exception as error:  # one line for the user; the traceback goes to the log once
+        logger.warning("hermes project-history %s failed", args.project_history_command, exc_info=True)
+        print(f"hermes project-history: {_describe(error)}", file=sys.stderr)
+        code = 1
+    if code:
+        raise SystemExit(code)
+    return 0
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _describe(error: BaseException) -> str:
+    from ..semantic import describe_failure
+    from ..store import HermesEnv
+
+    return describe_failure(error, HermesEnv.current())
+
+
+@contextmanager
+def opened(process: ProcessState) -> Iterator[tuple[Any, Any, Any]]:
+    """(env, HermesDB, ProjectMap) for one command, or a one-line error when there are no sessions."""
+    from ..projects import ProjectMap
+    from ..store import HermesDB, HermesEnv, NoSessionDatabase
+
+    env = HermesEnv.current()
+    try:
+        db = HermesDB.open(env, process.schemas)
+    except NoSessionDatabase:
+        raise CommandError(f"no session database in {env.home} yet: chat with Hermes first") from None
+    with db:
+        yield env, db, ProjectMap(db, process.projects)
+
+
+def identity_for(token: str, db: Any, projects: Any) -> dict[str, Any]:
+    """A project named on the command line: id/slug, ``repo:<path>``, or a folder inside one."""
+    from .. import attribution
+
+    token = token.strip()
+    if not token:
+        raise CommandError("an empty project name was given")
+    if token.startswith("repo:"):
+        key = attribution.path_key(projects.probe.real(token[len("repo:") :]))
+        if not key:
+            raise CommandError(f"not a repository path: {token!r}")
+        return {"kind": "auto", "key": key}
+    project = db.project(token)
+    if project is not None:
+        return {"kind": "explicit", "id": project["id"], "name": project["name"]}
+    if os.path.isdir(token):
+        return identity_of_folder(os.path.abspath(token), projects)
+    raise CommandError(f"project not found: {token} (use a project id or slug, repo:<path>, or a folder)")
+
+
+def identity_of_folder(folder: str, projects: Any) -> dict[str, Any]:
+    identity = projects.identity_of_folder(folder)
+    if identity["kind"] == "home":
+        raise CommandError(
+            f"{folder} is in no project or git repository; pass --project ID or --all-projects"
+        )
+    return identity
+
+
+def label(identity: dict[str, Any]) -> str:
+    if identity.get("kind") == "explicit":
+        return f"{identity.get('name')} ({identity.get('id')})"
+    if identity.get("kind") == "auto":
+        return f"repository {identity.get('key')}"
+    return "Home"
+
+
+def save_plugin_settings(values: dict[str, Any]) -> None:
+    from hermes_cli.config import save_config
+
+    from ..config_schema import PLUGIN_KEY
+
+    save_config({"plugins": {PLUGIN_KEY: {"embedding": values}}}, merge_existing=True)

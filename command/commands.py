@@ -1,0 +1,225 @@
+"""``allow``, ``revoke``, ``index`` and ``search``: the consent chain and the index for a person at
+a terminal (spec §五), and the agent's search in readable form."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from . import CommandError, identity_for, identity_of_folder, label, opened, save_plugin_settings
+
+if TYPE_CHECKING:
+    from .. import ProcessState
+
+DISABLE_WAIT_SECONDS = 60.0  # longest a running indexer's one request can take (timeout_seconds 20, x3)
+INDEX_WAIT_SECONDS = 3600.0  # `index` waits for another indexer rather than failing
+
+
+# --------------------------------------------------------------------------- allow / revoke
+
+
+def allow(process: ProcessState, args: argparse.Namespace) -> int:
+    from ..semantic import (
+        ALL_PROJECTS,
+        WHAT_IS_SENT,
+        consent_record,
+        destination,
+        project_ref,
+        runtime,
+        same_target,
+        update_consent,
+    )
+
+    if args.all_projects and args.project:
+        raise CommandError("use either --project or --all-projects, not both")
+    with opened(process) as (env, db, projects):
+        if args.all_projects:
+            refs, labels = [ALL_PROJECTS], ["every project of this profile"]
+        else:
+            identities = [identity_for(t, db, projects) for t in args.project] or [
+                identity_of_folder(os.getcwd(), projects)
+            ]
+            refs, labels = [project_ref(i) for i in identities], [label(i) for i in identities]
+
+    settings = env.settings
+    embedding = settings.embedding
+    problem = runtime.provider_problem(embedding, env.api_key(), settings.problems)
+    if problem:
+        raise CommandError(
+            f"semantic search cannot work yet ({problem}); run {runtime.setup_hint(embedding.provider)}"
+        )
+    print(f"Semantic search will send {WHAT_IS_SENT}")
+    print(f"  of: {'; '.join(labels)}")
+    print("  what: past conversations now, and new messages as they are searched (history+incremental)")
+    print(f"  to: {embedding.provider} model '{embedding.model}' at {destination(embedding)}")
+    print(f"  stored: vectors only, in {env.index_path}")
+    if not args.yes:
+        if not sys.stdin or not sys.stdin.isatty():
+            raise CommandError("confirmation needed: run again with --yes once the user has agreed")
+        if input("Agree and enable? [y/N] ").strip().lower() not in ("y", "yes"):
+            print("Nothing changed.")
+            return 1
+
+    def agree(consent: dict[str, Any] | None) -> dict[str, Any]:
+        agreed = refs
+        if same_target(consent, embedding, env.profile) and not consent.get("disabled_at"):
+            agreed = [*consent.get("projects", []), *refs]
+        return consent_record(embedding, env.profile, agreed, time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+    update_consent(env, agree)
+    save_plugin_settings({"enabled": True})
+    print(f"Allowed. Consent recorded in {env.consent_path}")
+    scope = " --all-projects" if args.all_projects else ""
+    print(f"Build the index now: hermes project-history index{scope}")
+    return 0
+
+
+def revoke(process: ProcessState, args: argparse.Namespace) -> int:
+    from ..semantic import indexer_lock, purge, update_consent
+    from ..store import HermesEnv
+
+    env = HermesEnv.current()
+    save_plugin_settings({"enabled": False})
+
+    def withdraw(consent: dict[str, Any] | None) -> dict[str, Any] | None:
+        if not consent or consent.get("disabled_at"):
+            return None
+        return {**consent, "disabled_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+    update_consent(env, withdraw)
+    # Every indexer re-checks consent before each batch; waiting for the lock means one that was
+    # mid-request has finished it and stopped, so nothing at all is sent once this returns.
+    with indexer_lock(env.data_dir, DISABLE_WAIT_SECONDS) as taken:
+        if not taken:
+            raise CommandError(
+                f"semantic search is off, but an indexer did not stop within {DISABLE_WAIT_SECONDS:.0f}s "
+                "(a request to the provider is hanging); it sends nothing more once that request ends"
+            )
+        print("Consent revoked: semantic search is off; nothing is sent to any embedding provider.")
+        if args.purge:
+            removed = purge(env.index_path)
+            print("Stored vectors deleted." if removed else "No stored vectors to delete.")
+    return 0
+
+
+# --------------------------------------------------------------------------- index
+
+
+def index(process: ProcessState, args: argparse.Namespace) -> int:
+    from ..attribution import same_project
+    from ..semantic import EmbeddingUnavailable, Semantic, indexer_busy
+    from .progress import IndexProgress
+
+    with opened(process) as (env, db, projects):
+        groups = projects.groups()
+        if args.all_projects:
+            chosen = groups
+        else:
+            identity = (
+                identity_for(args.project, db, projects)
+                if args.project
+                else identity_of_folder(os.getcwd(), projects)
+            )
+            chosen = [g for g in groups if same_project(g["identity"], identity)] or [
+                {"identity": identity, "session_ids": []}
+            ]
+    semantic = Semantic(env, process.semantic, process.schemas)
+    refused = [g for g in chosen if semantic.gate(g["identity"]) != "ok"]
+    if refused:
+        names = ", ".join(label(g["identity"]) for g in refused)
+        raise CommandError(
+            f"semantic search is not enabled for {names}; run `hermes project-history allow` first"
+        )
+    embedder = semantic.embedder()
+    if indexer_busy(env.data_dir):
+        print("Another process is indexing; waiting for it to finish...", file=sys.stderr)
+
+    total_written, started = 0, time.monotonic()
+    with IndexProgress() as progress:
+        for group in chosen:
+            counting = progress.track(label(group["identity"]), embedder)
+            try:
+                written, complete = semantic.index(
+                    group["identity"],
+                    group["session_ids"],
+                    counting,
+                    progress=counting.report,
+                    lock_wait=INDEX_WAIT_SECONDS,
+                )
+            except EmbeddingUnavailable as error:
+                raise CommandError(f"embedding provider unavailable: {error}") from None
+            if not complete:
+                raise CommandError(
+                    "indexing stopped before the end (semantic search was turned off, or another "
+                    "process kept the index busy); run `hermes project-history status`"
+                )
+            total_written += written
+    seconds = time.monotonic() - started
+    print(
+        f"Indexed {len(chosen)} project(s): {total_written} chunks embedded in {seconds:.1f}s "
+        f"({embedder.texts_embedded} texts sent to the provider)."
+    )
+    return 0
+
+
+# --------------------------------------------------------------------------- search
+
+
+def search(process: ProcessState, args: argparse.Namespace) -> int:
+    from ..search import run_search
+
+    query = " ".join(args.query)
+    if not query.strip():
+        raise CommandError("the query is empty")
+    if not 1 <= args.limit <= 10:
+        raise CommandError("--limit must be from 1 to 10")
+    cwd = os.path.abspath(args.cwd) if args.cwd else os.getcwd()
+    if args.cwd and not os.path.isdir(cwd):
+        raise CommandError(f"no such folder: {args.cwd}")
+    if args.session is not None:
+        with opened(process) as (_env, db, _projects):
+            if not args.session.strip() or db.session(args.session.strip()) is None:
+                raise CommandError(f"session not found: {args.session}")
+    # build_index=False: a terminal search never starts indexing it would abandon on exit.
+    result = run_search(process, query, args.mode, args.limit, args.session or "", cwd, build_index=False)
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False, indent=2))
+        return 0 if result.get("success") else 1
+    if not result.get("success"):
+        raise CommandError(result.get("error", "search failed"))
+    print(readable(result))
+    if result.get("semantic_error"):
+        print(
+            f"hermes project-history: semantic search unavailable: {result['semantic_error']}",
+            file=sys.stderr,
+        )
+        return 1 if args.mode != "keyword" else 0
+    return 0
+
+
+def readable(result: dict[str, Any]) -> str:
+    lines = []
+    if result.get("project"):
+        lines.append(
+            f"Project: {label(result['project'])}  ·  {result.get('sessions_in_scope')} sessions  ·  "
+            f"semantic: {result.get('semantic_status')}"
+        )
+    if result.get("message"):
+        lines.append(result["message"])
+    for number, hit in enumerate(result.get("results", []), start=1):
+        lines.append(f"{number}. {hit.get('title') or '(untitled)'}  [{hit['when']}]  {hit['link']}")
+        lines.append(f"   {hit['snippet']}")
+        lines.append(f"   found by: {hit['score_source']}, message {hit['message_id']}")
+    consent = result.get("semantic_consent")
+    if consent:
+        lines.append(f"Semantic search needs consent: {consent['on_yes_run']}")
+    elif result.get("mode") != "keyword" and result.get("semantic_status") in ("partial", "indexing"):
+        lines.append(
+            "Semantic search skipped: this project's index is not complete (results above are "
+            "keyword matches). Build it with: hermes project-history index"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,142 @@
+"""``hermes project-history status``: :func:`gather` reads what is configured, agreed and indexed
+into a :class:`Status`; :func:`lines` says it; :func:`run` prints it."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import CommandError, label
+
+if TYPE_CHECKING:
+    from .. import ProcessState
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ProjectStatus:
+    identity: dict[str, Any]
+    sessions: int
+    messages: int
+    indexed: int | None  # None: not known (semantic search off or not working)
+    gate: str  # ok | disabled | consent_required
+
+
+@dataclass
+class Status:
+    embedding: Any  # EmbeddingSettings in effect
+    problems: tuple[str, ...]  # rejected settings
+    api_key_set: bool
+    runtime_folder: str | None  # what setup installed, when there is any
+    provider_problem: str | None  # why the provider cannot work, with what to run
+    consent: dict[str, Any] | None
+    has_sessions: bool = True
+    projects: list[ProjectStatus] = field(default_factory=list)
+    failure: str | None = None  # why semantic search is unavailable (the command then exits non-zero)
+
+
+def gather(process: ProcessState) -> Status:
+    from ..projects import ProjectMap
+    from ..semantic import Semantic, read_consent, runtime
+    from ..store import HermesDB, HermesEnv, NoSessionDatabase
+
+    env = HermesEnv.current()
+    settings = env.settings
+    embedding = settings.embedding
+    api_key = env.api_key()
+    problem = runtime.provider_problem(embedding, api_key, settings.problems)
+    folder = runtime.runtime_dir()
+    status = Status(
+        embedding=embedding,
+        problems=settings.problems,
+        api_key_set=bool(api_key),
+        runtime_folder=str(folder) if folder.is_dir() else None,
+        provider_problem=f"{problem}; run {runtime.setup_hint(embedding.provider)}" if problem else None,
+        consent=read_consent(env),
+    )
+    try:
+        db = HermesDB.open(env, process.schemas)
+    except NoSessionDatabase:
+        status.has_sessions = False
+        return status
+    if embedding.enabled and problem:
+        status.failure = status.provider_problem
+    semantic = Semantic(env, process.semantic, process.schemas)
+    with db:
+        groups = ProjectMap(db, process.projects).groups()
+        indexed: list[int | None] = [None] * len(groups)
+        if embedding.enabled and not problem:
+            try:
+                fingerprint = semantic.embedder().fingerprint
+                indexed = list(semantic.coverage(db, fingerprint, groups))
+            except Exception as error:
+                logger.warning("semantic index status unavailable", exc_info=True)
+                status.failure = semantic.describe(error)
+        for group, count in zip(groups, indexed, strict=True):
+            status.projects.append(
+                ProjectStatus(
+                    identity=group["identity"],
+                    sessions=len(group["session_ids"]),
+                    messages=len(db.live_message_ids(group["session_ids"])),
+                    indexed=count,
+                    gate=semantic.gate(group["identity"]),
+                )
+            )
+    return status
+
+
+def lines(status: Status) -> list[str]:
+    from ..config_schema import API_KEY_ENV, endpoint_of
+
+    embedding = status.embedding
+    out = [
+        "Semantic search settings (plugins.project-history-recall.embedding):",
+        f"  enabled: {str(embedding.enabled).lower()}",
+        f"  provider: {embedding.provider}   model: {embedding.model}",
+        f"  endpoint: {endpoint_of(embedding)}",
+        f"  chunk_size: {embedding.chunk_size}  chunk_overlap: {embedding.chunk_overlap}  "
+        f"top_k: {embedding.top_k}  rrf_k: {embedding.rrf_k}  "
+        f"weights: keyword {embedding.keyword_weight} / semantic {embedding.semantic_weight}",
+        f"  API key ({API_KEY_ENV}): {'set' if status.api_key_set else 'not set'}",
+    ]
+    out += [f"  ! {problem}" for problem in status.problems]
+    if status.runtime_folder:
+        out.append(f"  packages installed by setup: {status.runtime_folder}")
+    if status.provider_problem:
+        out.append(f"  ! semantic search cannot work: {status.provider_problem}")
+    consent = status.consent
+    if consent:
+        projects = ", ".join(consent.get("projects") or []) or "none"
+        if consent.get("disabled_at"):
+            when = f"revoked {consent.get('disabled_at')} (given {consent.get('confirmed_at')})"
+        else:
+            when = f"given {consent.get('confirmed_at')}"
+        out.append(
+            f"Consent {when}: {consent.get('provider')} "
+            f"{consent.get('model')} at {consent.get('endpoint')}; projects: {projects}"
+        )
+    else:
+        out.append("Consent: none recorded (semantic search sends nothing until `allow`)")
+    if not status.has_sessions:
+        out.append("No session database yet.")
+        return out
+    out.append("Projects:")
+    if not status.projects:
+        out.append("  (no conversations belong to a project yet)")
+    for project in status.projects:
+        indexed = "n/a" if project.indexed is None else project.indexed
+        out.append(
+            f"  {label(project.identity)}: {project.sessions} sessions, "
+            f"{project.messages} messages, {indexed} indexed; semantic: {project.gate}"
+        )
+    return out
+
+
+def run(process: ProcessState) -> int:
+    status = gather(process)
+    print("\n".join(lines(status)))
+    if status.failure:
+        raise CommandError(f"semantic search unavailable: {status.failure}")
+    return 0

@@ -1,0 +1,65 @@
+"""Text as the plugin shows it to a model or a terminal: control characters out, credentials
+redacted (:mod:`.redaction`), bounded snippets around what matched. Pure: no I/O."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from .redaction import redact_secrets
+
+SNIPPET_CHARS = 240
+
+
+#: Control (Cc), format (Cf) and surrogate (Cs) characters as of Unicode 14.0 (Python 3.11's
+#: ``unicodedata``; tests/unit/test_text.py checks it against the running Python).
+CONTROL_CHARACTERS = (
+    "\x00-\x1f\x7f-\x9f\xad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ud800-\udfff\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U00013438\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f"
+)
+_CONTROLS = re.compile(f"[{CONTROL_CHARACTERS}]")
+
+
+def without_controls(text: str) -> str:
+    """Control and format characters (NUL, escapes, bidi overrides, lone surrogates) become spaces:
+    a snippet is quoted text for a model and a terminal, and none of them may act on either."""
+    return _CONTROLS.sub(" ", text)
+
+
+def make_snippet(text: str, needles: Sequence[str], width: int = SNIPPET_CHARS) -> str:
+    """The part of the message around the first matching term, whitespace folded, bounded.
+
+    Control characters are removed: a snippet is quoted text for a model and a terminal, and an
+    escape sequence or a bidi override in history must not act on either. Credential-looking
+    spans are replaced: the tool result goes to the model's provider, off this machine.
+    """
+    text = " ".join(redact_secrets(without_controls(text)).split())
+    if len(text) <= width:
+        return text
+    folded = text.casefold()
+    positions = [folded.find(n.casefold()) for n in needles if n]
+    hit = min((p for p in positions if p >= 0), default=0)
+    start = max(0, hit - width // 3)
+    end = min(len(text), start + width)
+    start = max(0, end - width)
+    if start > 0 and " " in text[start : start + 20]:
+        start = text.index(" ", start) + 1
+    if end < len(text) and " " in text[end - 20 : end]:
+        end = text.rindex(" ", start, end)
+    return ("…" if start > 0 else "") + text[start:end] + ("…" if end < len(text) else "")
+
+
+MAX_ECHO_CHARS = 64
+
+
+def echo(value: str) -> str:
+    """What the agent sent, safe to put in an answer: bounded, and with every character that is
+    not printable (control characters, lone surrogates that cannot be encoded) as ``\\uXXXX``."""
+    shown = "".join(
+        ch if ch.isprintable() else f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}"
+        for ch in value[:MAX_ECHO_CHARS]
+    )
+    if len(value) > MAX_ECHO_CHARS:
+        shown += f"… ({len(value)} characters)"
+    return shown
