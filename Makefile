@@ -1,12 +1,14 @@
 # Two commands do everything on a fresh machine with Python 3.11:
 #   make demo   set up, then show the plugin at work inside a real Hermes
 #   make test   set up, then run the test suite (what .ci/run calls)
+# and one for a developer's loop, once .venv exists:
+#   make check  ruff and the pure unit tests (tests/unit), in seconds
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup models test demo lint format bench clean
+.PHONY: setup models test check demo lint format bench clean
 
 setup: $(STAMP)
 
@@ -20,6 +22,11 @@ models: setup
 
 test: setup models
 	$(BIN)/pytest tests
+
+check: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	HYPOTHESIS_PROFILE=check $(BIN)/pytest tests/unit -q
 
 demo: setup models
 	$(BIN)/python demo/demo.py

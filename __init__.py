@@ -99,11 +99,11 @@ def _command(args: Any) -> int:
 
 def register(ctx) -> None:
     from . import command
-    from .semantic.runtime import ensure_on_path
+    from .semantic import runtime
 
     # What `hermes project-history setup` installed under $HERMES_HOME (numpy...), appended after
     # Hermes's own packages: one stat, no import. The embedders check again at first use.
-    ensure_on_path()
+    runtime.ensure_on_path()
     ctx.register_tool(
         name="project_history_search",
         toolset=handlers.TOOLSET,

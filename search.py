@@ -65,7 +65,7 @@ def promote_dated(
     in its own order.
 
     "What did we change on 3 March 2025?": the sessions of that day are what is asked for,
-    whichever words they used. (LoCoMo: 104 of 997 questions name a date; keyword any@5 +0.02.)
+    whichever words they used (docs/benchmarks.md).
     """
     if not windows or not rows:
         return list(rows)
@@ -129,8 +129,8 @@ def fuse_rankings(
 
     Results are sessions, and a session is often found by keyword through one message and by
     meaning through another: fusing message ids (spec §4.4) cannot add that evidence up, fusing
-    each path's session order can. Measured on LoCoMo this is what lets hybrid match or beat
-    both single modes on every metric (bench/README.md, "Why these settings"). A session's
+    each path's session order can: this is what lets hybrid match or beat both single modes
+    (docs/benchmarks.md). A session's
     message is its best under message-level fusion; ``score_source`` says which paths found the
     session. A conversation is the row's ``conversation`` (a compression chain) when given, else
     its session.
@@ -166,7 +166,7 @@ def fuse_rankings(
 
 
 # Keyword evidence that alone makes a hybrid answer worth giving: a message's bm25 plus half its
-# neighbours' (with_neighbours), measured on LoCoMo together with config_schema.relevance_floor.
+# neighbours' (with_neighbours), set together with config_schema.relevance_floor (docs/benchmarks.md).
 KEYWORD_EVIDENCE = 10.0
 # bm25 adds up over the query's words, so a question with one or two topical words ("Who is
 # Anthony?") cannot reach KEYWORD_EVIDENCE however exact its match: such a query needs this much
@@ -199,12 +199,9 @@ def has_evidence(
 
     Yes when a keyword hit scores :func:`keyword_evidence` (``terms``: the query's topical words)
     or more, when a semantic hit's lift (semantic._rows) reaches ``floor``, or when either cannot
-    be judged (LIKE rows carry no bm25; a scope under ``semantic.matrix.MIN_BACKGROUND_CHUNKS`` chunks has
-    no lift).
-    Measured on LoCoMo (each question also asked in another conversation's project): hybrid
-    results there drop from 3.0 to 1.3 per question at limit 3, any@5 in the right project -0.001;
-    the per-word evidence for short queries gives back that question (any@1/3/5/10 +0.001, both
-    models) and costs nothing off-topic (1.32 results per question either way).
+    be judged (LIKE rows carry no bm25; a scope under ``semantic.matrix.MIN_BACKGROUND_CHUNKS``
+    chunks has no lift). The floor's cost and gain, off-topic and in the right project, are in
+    docs/benchmarks.md.
     """
     if floor <= 0:
         return True
@@ -226,7 +223,7 @@ def keep_clear_keyword_winner(
     """Hybrid's first result is keyword's first conversation when its bm25 beats the second's by 20 %.
 
     RRF sees only ranks: a conversation that keyword ranks second and semantic first overtakes
-    keyword's first however far ahead its words put it. (LoCoMo any@1: e5 +0.010, MiniLM +0.004.)
+    keyword's first however far ahead its words put it (docs/benchmarks.md).
     """
     firsts: dict[str, float | None] = {}
     for row in keyword:

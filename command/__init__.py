@@ -18,11 +18,9 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ..handlers import MODES
+from ..config_schema import MODES
 
 if TYPE_CHECKING:
     from .. import ProcessState
@@ -42,10 +40,6 @@ EPILOG = """getting started:
 (which turn the plugin itself on and off). `enable`/`disable` still work as their aliases."""
 
 logger = logging.getLogger(__name__)
-
-
-class CommandError(Exception):
-    """A user-facing failure: printed as one line on stderr, exit code 2."""
 
 
 def setup_parser(parser: argparse.ArgumentParser) -> None:
@@ -99,6 +93,7 @@ def setup_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(process: ProcessState, args: argparse.Namespace) -> int:
     from . import commands, setup, status
+    from .common import CommandError, describe
 
     handlers = {
         "setup": lambda: setup.run(process, args),
@@ -132,78 +127,8 @@ def run(process: ProcessState, args: argparse.Namespace) -> int:
         code = 130
     except Exception as error:  # one line for the user; the traceback goes to the log once
         logger.warning("hermes project-history %s failed", args.project_history_command, exc_info=True)
-        print(f"hermes project-history: {_describe(error)}", file=sys.stderr)
+        print(f"hermes project-history: {describe(error)}", file=sys.stderr)
         code = 1
     if code:
         raise SystemExit(code)
     return 0
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _describe(error: BaseException) -> str:
-    from ..semantic import describe_failure
-    from ..store import HermesEnv
-
-    return describe_failure(error, HermesEnv.current())
-
-
-@contextmanager
-def opened(process: ProcessState) -> Iterator[tuple[Any, Any, Any]]:
-    """(env, HermesDB, ProjectMap) for one command, or a one-line error when there are no sessions."""
-    from ..projects import ProjectMap
-    from ..store import HermesDB, HermesEnv, NoSessionDatabase
-
-    env = HermesEnv.current()
-    try:
-        db = HermesDB.open(env, process.schemas)
-    except NoSessionDatabase:
-        raise CommandError(f"no session database in {env.home} yet: chat with Hermes first") from None
-    with db:
-        yield env, db, ProjectMap(db, process.projects)
-
-
-def identity_for(token: str, db: Any, projects: Any) -> dict[str, Any]:
-    """A project named on the command line: id/slug, ``repo:<path>``, or a folder inside one."""
-    from .. import attribution
-
-    token = token.strip()
-    if not token:
-        raise CommandError("an empty project name was given")
-    if token.startswith("repo:"):
-        key = attribution.path_key(projects.probe.real(token[len("repo:") :]))
-        if not key:
-            raise CommandError(f"not a repository path: {token!r}")
-        return {"kind": "auto", "key": key}
-    project = db.project(token)
-    if project is not None:
-        return {"kind": "explicit", "id": project["id"], "name": project["name"]}
-    if os.path.isdir(token):
-        return identity_of_folder(os.path.abspath(token), projects)
-    raise CommandError(f"project not found: {token} (use a project id or slug, repo:<path>, or a folder)")
-
-
-def identity_of_folder(folder: str, projects: Any) -> dict[str, Any]:
-    identity = projects.identity_of_folder(folder)
-    if identity["kind"] == "home":
-        raise CommandError(
-            f"{folder} is in no project or git repository; pass --project ID or --all-projects"
-        )
-    return identity
-
-
-def label(identity: dict[str, Any]) -> str:
-    if identity.get("kind") == "explicit":
-        return f"{identity.get('name')} ({identity.get('id')})"
-    if identity.get("kind") == "auto":
-        return f"repository {identity.get('key')}"
-    return "Home"
-
-
-def save_plugin_settings(values: dict[str, Any]) -> None:
-    from hermes_cli.config import save_config
-
-    from ..config_schema import PLUGIN_KEY
-
-    save_config({"plugins": {PLUGIN_KEY: {"embedding": values}}}, merge_existing=True)

@@ -10,7 +10,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from . import CommandError, identity_for, identity_of_folder, label, opened, save_plugin_settings
+from .common import CommandError, identity_for, identity_of_folder, label, opened, save_plugin_settings
 
 if TYPE_CHECKING:
     from .. import ProcessState

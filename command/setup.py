@@ -374,7 +374,7 @@ def add_parser(sub: Any) -> None:
 def run(process: ProcessState, args: argparse.Namespace) -> int:
     from ..config_schema import API_KEY_ENV
     from ..store import HermesEnv
-    from . import save_plugin_settings
+    from .common import save_plugin_settings
 
     plan = make_plan(args.provider, args.model, args.base_url)
     summary = runtime.environment_summary()

@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import CommandError, label
+from .common import CommandError, label
 
 if TYPE_CHECKING:
     from .. import ProcessState

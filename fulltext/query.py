@@ -139,7 +139,6 @@ class QueryPlan:
         return [("term", i.text) if isinstance(i, Term) else ("op", i) for i in self.items]
 
 
-
 def clean_query(query: str) -> str:
     """The query without control characters, its length bounded like Hermes does."""
     return without_controls(query[:MAX_QUERY_CHARS])
@@ -205,14 +204,12 @@ def plan_query(query: str) -> QueryPlan:
     return QueryPlan(items=tuple(cleaned), terms=tuple(i for i in cleaned if isinstance(i, Term)))
 
 
-
 def without_words(query: str, words: frozenset[str]) -> str:
     """The query's text without the whitespace-separated tokens whose bare word is in ``words``
     (what the semantic side embeds when :func:`common_words` found some)."""
     if not words:
         return query
     return " ".join(token for token in query.split() if bare_word(token) not in words)
-
 
 
 # --------------------------------------------------------------------------- dates in the query
@@ -267,5 +264,3 @@ def date_windows(query: str) -> list[tuple[float, float]]:
         following = datetime(year + (month == 12), month % 12 + 1, 1)
         windows.append((first.timestamp(), following.timestamp()))
     return windows
-
-

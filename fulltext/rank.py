@@ -17,7 +17,7 @@ logger = logging.getLogger(__name__)
 
 SCAN_LIMIT = 300  # message rows read per query step before reducing to sessions
 # The relaxed OR pass reads more rows per session than the others (reader.PER_SESSION_SCAN) so
-# that a hit's neighbours are there to add to its score; 10 scores as well as no cap on LoCoMo.
+# that a hit's neighbours are there to add to its score (docs/benchmarks.md).
 NEIGHBOUR_SCAN = 10
 NEIGHBOUR_WEIGHT = 0.5  # share of each adjacent message's bm25 added to a message's own
 
@@ -27,17 +27,15 @@ NEIGHBOUR_WEIGHT = 0.5  # share of each adjacent message's bm25 added to a messa
 # A topical word found in more than this share of the scope's conversations cannot tell them apart:
 # the relaxed keyword pass and the semantic query leave it out (common_words). On LoCoMo these are
 # the two speakers' names, which the question names and nearly every session carries ("Hey
-# Caroline!"); in a project, its own name or its main tool. Measured (docs/quality.md, round 4):
-# 0.8 and 0.9 score alike, 0.95 a little lower.
+# Caroline!"); in a project, its own name or its main tool (docs/benchmarks.md).
 COMMON_SHARE = 0.9
 # Below this many conversations a share is no statistic (two sessions that both say "test" say
-# nothing about "test"): nothing is left out. Not measurable on LoCoMo (19-32 per project).
+# nothing about "test"): nothing is left out.
 COMMON_MIN_CONVERSATIONS = 10
 # A larger scope is judged by its most recent conversations: "nearly every conversation lately",
-# what the project talks of now. Deciding that a word is in 90 % of 1,643 conversations meant
-# reading most of its matches: 10-16 ms per word for a 100k-message project, on each search with a
-# word not counted yet (bench/scale.py); over the last 200 it is bounded. LoCoMo's projects have
-# 19-32 conversations, so its figures are those of the whole scope.
+# what the project talks of now. Deciding that a word is in 90 % of a large project's
+# conversations means reading most of its matches on each search with a word not counted yet;
+# over the last 200 it is bounded (docs/benchmarks.md).
 COMMON_RECENT_CONVERSATIONS = 200
 
 
@@ -57,9 +55,8 @@ def common_words(reader: FullTextReader, plan: QueryPlan, in_scope: Mapping[str,
     the scope's conversations contain, as the relaxed pass searches them (:meth:`QueryPlan.word_match`).
 
     Such a word adds bm25 to every message that merely mentions it and pulls the query's vector
-    towards greetings; ranking by the other words finds the conversation that is about them.
-    (LoCoMo, better on both halves: keyword any@5 0.926 -> 0.940, all@10 0.901 -> 0.919; semantic
-    any@5 MiniLM 0.776 -> 0.911, e5 0.798 -> 0.929; docs/quality.md, round 4.) Nothing is left
+    towards greetings; ranking by the other words finds the conversation that is about them
+    (docs/benchmarks.md). Nothing is left
     out for queries with the user's operators, CJK queries, fewer than two topical words, scopes
     under :data:`COMMON_MIN_CONVERSATIONS` conversations, or when every topical word is common. A
     scope of more conversations than :data:`COMMON_RECENT_CONVERSATIONS` is judged by its most
@@ -88,15 +85,12 @@ def common_words(reader: FullTextReader, plan: QueryPlan, in_scope: Mapping[str,
     return frozenset(common) if len(common) < len(words) else frozenset()
 
 
-
-
 def with_neighbours(reader: FullTextReader, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """FTS rows re-ranked by their bm25 plus :data:`NEIGHBOUR_WEIGHT` of their neighbours' bm25.
 
     A question's words are often split between a message and the reply to it; a message whose
     neighbours also match is the better hit. Neighbours are the adjacent user/assistant messages
-    of the same session; one that did not match adds nothing. (LoCoMo: keyword any@5 and all@10
-    up ~0.015 each, any@3 +0.025.)
+    of the same session; one that did not match adds nothing (docs/benchmarks.md).
     """
     if not rows or any("rank" not in row for row in rows):
         return list(rows)
@@ -194,5 +188,3 @@ def keyword_messages(
         match = plan.match_any() if relax else plan.match_all()
         add(fts("messages_fts_trigram", match, require_all=not relax))
     return ranked
-
-

@@ -67,23 +67,20 @@ class SessionMessages:
     ``messages``, in scope or not, before bm25 was sorted. At 300k messages the join cost more than
     the match itself (a common word matches a third of the table, most of it in other projects).
     The scope's message ids, registered as an SQL function (``dict.__contains__``, called from C),
-    let FTS5 stay alone on its table and compute bm25 for in-scope rows only: 2-4x faster
-    than the join and faster than Hermes's own ``search_messages`` for the same MATCH
-    (``docs/performance.md``).
+    let FTS5 stay alone on its table and compute bm25 for in-scope rows only: faster than the join
+    and than Hermes's own ``search_messages`` for the same MATCH (docs/benchmarks.md).
 
     Exact by construction: a message's session never changes and ids only grow (AUTOINCREMENT), so
     appending what lies above the newest id seen keeps every list complete. Ids of every role are
-    kept: Hermes's ``(session_id, ...)`` index holds them, so a scope loads from the index alone
-    (100k messages: 53 ms, 109 ms with state.db out of the page cache), where asking each row for
-    its role took 94 and 1,211 ms. Role and liveness are checked on the rows read
+    kept: Hermes's ``(session_id, ...)`` index holds them, so a scope loads from the index alone,
+    without reading a row for its role. Role and liveness are checked on the rows read
     (:meth:`FullTextReader.fts_messages`): a tool row can be ranked, never returned.
     """
 
-    #: Scopes kept at once. One costs ~80 bytes per message (8 MiB for 100k); rebuilding it from
-    #: the per-session arrays (8 bytes per message, all kept) takes 11 ms per 100k, so a process
-    #: searching more projects than this (a gateway) pays that, never the SQL load again. A
-    #: project of more than ``search.COMMON_RECENT_CONVERSATIONS`` conversations uses two (its
-    #: scope, and its recent conversations that ``search.common_words`` counts in, whose answers go
+    #: Scopes kept at once (each costs about 80 bytes per message). One evicted is rebuilt from
+    #: the per-session arrays (8 bytes per message, all kept), never loaded from SQL again. A
+    #: project of more than ``rank.COMMON_RECENT_CONVERSATIONS`` conversations uses two (its
+    #: scope, and its recent conversations that ``rank.common_words`` counts in, whose answers go
     #: with the set): four keep two such projects' answers while a gateway alternates between them.
     MAX_SCOPES = 4
     #: More new messages than this since the last call: forget everything and load what is asked
@@ -259,8 +256,8 @@ class FullTextReader:
 
         * a scope this process knows (:class:`SessionMessages`) is a set of message ids asked
           through an SQL function (``set.__contains__``), so FTS5 stays alone on its table and
-          computes bm25 for in-scope rows only; no out-of-scope row is ever joined (at 300k
-          messages 2-4x faster than the join, at or below ``search_messages``: docs/performance.md).
+          computes bm25 for in-scope rows only; no out-of-scope row is ever joined
+          (docs/benchmarks.md).
           Ordering by ``rank, rowid`` rather than ``rank`` keeps FTS5 from ranking every match
           first. The rows read are checked in blocks for what can change (still live) and what
           must hold (the session is in scope);
@@ -411,15 +408,14 @@ class FullTextReader:
 
     def in_conversations(self, table: str, match: str, in_scope: Mapping[str, str], at_least: int) -> bool:
         """Do at least ``at_least`` of ``in_scope``'s conversations (its values) have a live
-        user/assistant message matching ``match``? For ``search.common_words``.
+        user/assistant message matching ``match``? For ``rank.common_words``.
 
-        Counting by joining every global match cost 25-50 ms per word at 300k messages, whatever
-        the project's size. Here FTS5 reads only the scope's id range and asks the scope's ids
+        Counting by joining every global match costs as much for a small project as for the
+        whole home. Here FTS5 reads only the scope's id range and asks the scope's ids
         (:meth:`scope_members`, loaded now if need be), which name each row's session, so only one
         row per conversation not yet counted is checked for role and liveness (in batches; a row
-        that fails gives way to the conversation's next); reading stops once enough are counted.
-        A word in every conversation of a 100k-message project: ~14 ms; of a 2.5k-message one:
-        ~2 ms (grouping the rows per session in SQL instead was slower: it cannot stop early). The
+        that fails gives way to the conversation's next); reading stops once enough are counted
+        (grouping the rows per session in SQL instead was slower: it cannot stop early). The
         answer is kept with the scope until it gains a message (:class:`ScopeIds`).
         """
         scope = self.scope_members(in_scope, load=True)
@@ -497,7 +493,7 @@ class FullTextReader:
         Every message of the scope is read, unless all terms must match and some have three
         characters or more: then the trigram table names the candidates (a case-insensitive
         substring index, so a superset of what LIKE accepts for those terms) and LIKE decides
-        for them alone. "数据库 缓存" in a 100k-message project: 95 -> 35 ms (docs/performance.md).
+        for them alone (docs/benchmarks.md).
         """
         if not terms:
             return []

@@ -6,7 +6,7 @@ from :mod:`git`, the projects from ``projects.db`` and the folders that are neve
 from :class:`HermesEnv`. Every caller (search, move, the CLI's status/enable/index) goes through
 :class:`ProjectMap`, so they cannot disagree about what "this project" means.
 
-Scope is computed once per change of what it depends on, not per call (``docs/scope.md``):
+Scope is computed once per change of what it depends on, not per call (docs/design.md, "Scope"):
 
 - a :class:`Snapshot` of every session's project is kept per ``state.db`` for the process, valid
   while ``PRAGMA data_version`` of ``state.db`` and ``projects.db`` (read on a connection kept for
@@ -323,8 +323,8 @@ class ProjectMap:
             previous = home.snapshot
             if previous is not None and previous.token[1:] == token[1:] and previous.links == links:
                 # Only messages changed (every turn of a conversation writes some): the session
-                # rows, and so every project, are as they were. 6 of a rebuild's 11 ms at 5,000
-                # sessions are spared; reading the rows to know it is the rest.
+                # rows, and so every project, are as they were; attribution is spared, reading the
+                # rows to know it is not.
                 home.snapshot = dataclasses.replace(previous, token=token)
                 return home.snapshot
             pairs = {(cwd, root) for _, cwd, root, _, _ in links}

@@ -69,7 +69,7 @@ logger = logging.getLogger(__name__)
 #: several conversations).
 CONCURRENT_SEARCHES = 4
 # A check that must read more than this many messages (the first pass over a large project, or
-# after the chunking settings changed) goes to the background: about 2 s per 100k messages.
+# after the chunking settings changed) goes to the background: it takes seconds.
 INLINE_FIRST_CHECK_MESSAGES = 20_000
 #: Time the query embedding may take beyond ``index_budget_seconds`` (a search answers within both).
 QUERY_GRACE_SECONDS = 0.5

@@ -35,7 +35,7 @@ def _unit_tokens(unit: str) -> int:
 def chunk_text(text: str, chunk_size: int, overlap: int) -> list[str]:
     """Windows of at most ``chunk_size`` estimated tokens, neighbours sharing ``overlap``.
 
-    The estimate needs no tokenizer and holds for English and CJK alike (bench/README.md, "Chunk size").
+    The estimate needs no tokenizer and holds for English and CJK alike (docs/benchmarks.md).
     """
     return [chunk for chunk, _ in chunks_with_tokens(text, chunk_size, overlap)]
 
@@ -160,9 +160,9 @@ class Framing:
 
 
 #: Share of a local model's token limit (word-pieces) a chunk and its context may take, in the
-#: plugin's estimated tokens. Measured with MiniLM's tokenizer: English prose runs 0.87 word-pieces
-#: per estimated token, source code 1.26 (median) to 1.56 (90th percentile), so at 0.64 nine chunks
-#: of code in ten are read to their end (the densest lose their last lines, never their start).
+#: plugin's estimated tokens: code runs more word-pieces per estimated token than prose, and at
+#: this share nine chunks of code in ten are read to their end (the densest lose their last lines,
+#: never their start; docs/benchmarks.md, "Code choices").
 MODEL_TOKEN_SHARE = 0.64
 
 
@@ -170,8 +170,7 @@ def embedded_text(chunk: str, previous: Sequence[str], framing: Any, tokens: int
     """What the model sees for a chunk: the conversation just before it, then the chunk.
 
     A turn is often a short reply ("Yes, let's do that") whose topic lives in the turn before
-    it; measured on LoCoMo, one preceding message lifts semantic recall markedly
-    (bench/README.md, "Context").
+    it; one preceding message lifts semantic recall markedly (docs/benchmarks.md).
     ``tokens`` is the chunk's estimate when the caller has it already.
     """
     if not previous:
@@ -189,4 +188,3 @@ def vectors_key(fingerprint: str, framing: Any) -> str:
     """Everything that shapes the stored vectors: the model, and how text is cut and framed (the
     ``recipe`` column of embeddings.db's watermarks)."""
     return f"{fingerprint}|{Framing.of(framing).key}"
-

@@ -11,8 +11,8 @@ The file is created atomically (schema written to a temporary file that is renam
 so an empty or schema-less ``embeddings.db`` is never ours: it is reported as damaged, with the
 command that starts over, instead of being silently rebuilt.
 
-Vectors are stored as little-endian float16 (half the bytes of float32; measured lossless for
-retrieval), one width per model fingerprint (table ``models``): a write of another width is
+Vectors are stored as little-endian float16 (half the bytes of float32, no loss in retrieval:
+docs/benchmarks.md), one width per model fingerprint (table ``models``): a write of another width is
 refused with :class:`WidthMismatch`, so the stored rows of one model can always be read as one
 matrix. Per-session watermarks (table ``watermarks``) let the first index check of a process
 read only what changed since the last complete pass of any process.
@@ -313,7 +313,7 @@ class IndexStore:
         rows = self.conn.execute(
             "SELECT c.session_id, c.message_id, c.chunk_index, c.content_hash FROM json_each(?) AS wanted "
             # CROSS JOIN keeps the session list outside: SQLite would otherwise scan every chunk of
-            # the model and re-read the list for each one (34 s for 10k chunks, measured).
+            # the model and re-read the list for each one (docs/benchmarks.md, "Code choices").
             "CROSS JOIN chunks c ON c.model_fingerprint = ? "
             "AND c.session_id = json_extract(wanted.value, '$[0]') "
             "AND c.message_id > json_extract(wanted.value, '$[1]')",

@@ -61,9 +61,7 @@ def plan_check(
     checked = store.watermarks(vectors_key(fingerprint, framing), session_ids)
     totals = db.session_totals(session_ids)
     active_totals = {sid: totals.get(sid, EMPTY_TOTALS) for sid in session_ids}
-    changed = [
-        sid for sid in session_ids if sid not in checked or checked[sid][1:] != active_totals[sid]
-    ]
+    changed = [sid for sid in session_ids if sid not in checked or checked[sid][1:] != active_totals[sid]]
     marks = db.session_marks(changed) if changed else {}
     grown = {
         sid: checked[sid][0]
@@ -387,4 +385,3 @@ class BackgroundIndexer:
             threads = list(self._threads.values())
         for thread in threads:
             thread.join(timeout)
-

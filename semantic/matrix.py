@@ -461,6 +461,7 @@ def _prune(folder: Path, name: str, token: str, instance: str) -> None:
 
 # --------------------------------------------------------------------------- a scope's view, and the query
 
+
 def active_totals_now(db: HermesDB, session_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
     """Every session's (count, id sum) of active messages now (when no index check computed it)."""
     totals = db.session_totals(session_ids)
@@ -542,18 +543,13 @@ class MatrixCache:
         matrix = cached[1].matrix if cached and cached[0][0] == instance else None
         if matrix is None or not matrix.covers(session_ids, generation):
             folder = matrix_dir(store.path)
-            matrix = read(
-                folder, file_name(instance, fingerprint, key), instance, fingerprint
-            )
+            matrix = read(folder, file_name(instance, fingerprint, key), instance, fingerprint)
             if matrix is None or not matrix.covers(session_ids, generation):
                 matrix = refresh(store, fingerprint, key, session_ids)
         view = _scope_view(db, matrix, session_ids)
         with self._lock:
             self._entries[slot] = (freshness, view)
         return view
-
-
-
 
 
 def top_messages(
@@ -575,7 +571,7 @@ def top_messages(
             f"{matrix.width}-dimensional ones: the model behind the endpoint changed; {PURGE_HINT}"
         )
     # einsum runs on this thread: BLAS's threads stall whenever another process has the other
-    # cores (a 3k-row product took 5 ms instead of 0.1 ms on a busy 2-core machine, measured).
+    # cores (docs/benchmarks.md, "Code choices").
     scores = np.einsum("ij,j->i", matrix.matrix.vectors, np.asarray(query_vector, dtype=np.float32))
     if stats is not None:
         total = float(scores.sum(dtype=np.float64))

@@ -196,7 +196,7 @@ def model_identity(embedding: EmbeddingSettings, remembered: Path) -> ModelIdent
     """The configured model's identity without importing its runtime or loading it, or None.
 
     A keyword search reports ``semantic_status``, which needs only this: loading numpy, the ONNX
-    runtime and the model for it took 160 of a fresh process's 215 ms (``docs/performance.md``).
+    runtime and the model for it was most of a fresh process's keyword search.
     An HTTP model's identity follows from the settings; a local one's from ``remembered``
     (:func:`remember_identity`), valid while the model folder is unchanged.
     """

@@ -23,9 +23,8 @@ from .base import Counters, EmbeddingUnavailable, fingerprint_of, normalise, pre
 if TYPE_CHECKING:
     import numpy
 
-#: Texts per ONNX run. Measured with MiniLM on LoCoMo turns (72 word-pieces mean, length-sorted):
-#: 8 per run gave 51 texts per CPU-second, 32 gave 41, 128 gave 31: small runs keep the
-#: activations in cache. ``batch_size`` (meant for an HTTP endpoint) does not change it.
+#: Texts per ONNX run: small runs keep the activations in cache (docs/benchmarks.md, "Code
+#: choices"). ``batch_size`` (meant for an HTTP endpoint) does not change it.
 LOCAL_RUN_BATCH = 8
 
 
@@ -63,13 +62,12 @@ def _max_length(folder: Path) -> int:
 class _LocalModel:
     """One loaded ONNX model and tokenizer, shared by every embedder on the same folder.
 
-    Two sessions of the same graph. ``session`` is created without graph optimisation: 25-45 ms
-    instead of 170-260 ms for MiniLM int8, but 42-48 ms per query instead of 8-9 ms (measured).
-    It answers the first query of a process only (a ``hermes chat -q`` usually makes one search),
-    saving ~180 ms there; every later query and every document batch uses the optimised session,
-    created on first need (:meth:`optimised`). Building it in a thread instead was measured to
-    hold the GIL for most of its 260-390 ms, stalling the search it was meant to overlap. The two
-    sessions' vectors differ by < 1e-5 per component, measured.
+    Two sessions of the same graph. ``session`` is created without graph optimisation: much
+    quicker to create, slower per query. It answers the first query of a process only (a ``hermes
+    chat -q`` usually makes one search); every later query and every document batch uses the
+    optimised session, created on first need (:meth:`optimised`). Building that one in a thread
+    instead holds the GIL and stalls the search it was meant to overlap. The two sessions'
+    vectors agree to float precision (docs/benchmarks.md, "Code choices").
     """
 
     session: Any

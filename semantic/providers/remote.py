@@ -43,7 +43,6 @@ class _NoAnswer(Exception):
     """An HTTP request that did not finish within its wall-clock bound."""
 
 
-
 def _retry_after_seconds(headers: Any) -> float | None:
     """Read ``retry-after-ms`` (OpenAI) or ``Retry-After`` (seconds or HTTP date), if any."""
     if headers is None:

@@ -1,17 +1,13 @@
-"""Pure unit tests of attribution.py, imported through the plugin package Hermes loaded."""
+"""attribution.py: which project a session row is in (spec §3.1), a pure function."""
 
 from __future__ import annotations
-
-import importlib
 
 import pytest
 
 
 @pytest.fixture
-def attr(plugin):
-    # The package imports its submodules lazily; importing one makes it ``plugin.attribution``.
-    importlib.import_module(f"{plugin.__name__}.attribution")
-    return plugin.attribution
+def attr(phr):
+    return phr.attribution
 
 
 def project(pid: str, name: str, *folders: str, archived: bool = False) -> dict:

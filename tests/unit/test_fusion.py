@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 
 
 @pytest.fixture
-def search(plugin):
-    return importlib.import_module(f"{plugin.__name__}.search")
+def search(phr):
+    return phr.search
 
 
 def rows(*pairs: tuple[str, int]) -> list[dict]:
@@ -85,8 +83,8 @@ def test_short_queries_need_less_keyword_evidence(search):
     assert not search.has_evidence(exact_name, far, floor=0.22)  # terms unknown: the full 10
 
 
-def test_relevance_floor_per_model(plugin):
-    config_schema = importlib.import_module(f"{plugin.__name__}.config_schema")
+def test_relevance_floor_per_model(phr):
+    config_schema = phr.config_schema
     settings = config_schema.EmbeddingSettings
     assert config_schema.relevance_floor(settings(model="all-MiniLM-L6-v2-int8")) == 0.28
     assert config_schema.relevance_floor(settings(model="multilingual-e5-small")) == 0.22
@@ -94,10 +92,10 @@ def test_relevance_floor_per_model(plugin):
     assert config_schema.relevance_floor(settings(model="e5", relevance_floor=0)) == 0
 
 
-def test_recent_conversations_keep_whole_conversations_newest_first(plugin):
+def test_recent_conversations_keep_whole_conversations_newest_first(phr):
     """common_words judges a large scope by its most recent conversations: the sessions of the
     last ``count`` conversations (in scope order, oldest first), a compressed one whole."""
-    recent = plugin.fulltext.rank.recent_conversations
+    recent = phr.module("fulltext.rank").recent_conversations
     scope = {"s1": "c1", "s2": "c2", "s3": "c1", "s4": "c3", "s5": "c4", "s6": "c4"}
     assert recent(scope, 2) == {"s5": "c4", "s6": "c4", "s4": "c3"}
     assert recent(scope, 3) == {"s1": "c1", "s3": "c1", "s4": "c3", "s5": "c4", "s6": "c4"}

@@ -9,7 +9,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 ROW = re.compile(r"^\|\s*(`[a-z_]+`(?:\s*,\s*`[a-z_]+`)*)\s*\|\s*([^|]+?)\s*\|", re.MULTILINE)
 
 
