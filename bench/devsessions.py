@@ -1,0 +1,449 @@
+"""Keyword recall on developer-agent transcripts, end to end through Hermes's tool dispatcher.
+
+    .venv/bin/python bench/devsessions.py                       # all 500 questions
+    .venv/bin/python bench/devsessions.py --split tune          # the tuning half only
+    .venv/bin/python bench/devsessions.py --limit-questions 3   # a quick look
+    .venv/bin/python bench/devsessions.py --json bench/results/devsessions.json
+
+Data: ``/work/shared/data/devsessions/dev_split.json.gz`` (read in place, never copied here;
+``DEVSESSIONS_PATH`` overrides): coding-agent sessions from 23 public repositories and 500
+questions whose answer session is known (types title / error / envkey / backref; 129 Chinese).
+
+The Hermes home (``.cache/bench/devsessions/home``, rebuilt when :data:`BUILDER_VERSION` or the
+data file changes) is built as ``world.py`` builds LoCoMo, with Hermes's own ``SessionDB`` and
+``projects_db``: one project (a folder) per repository, one ``cli`` session per transcript with
+that cwd, its messages appended in order and stamped from the transcript's ``started_at`` (+1 s per
+message), no titles (``title`` questions ask about them), and one empty session per project that
+the questions are asked from. The plugin is installed and enabled as a user does it.
+
+Every question is asked as ``project_history_search`` (mode keyword, limit 10) through
+``model_tools.handle_function_call`` only, so the bench survives the plugin's modules moving.
+Beside it, in the same run, the anchor baseline of ``bm25.py`` (BM25 over whole sessions) ranks
+the same project's sessions. Scores: any@1/5/10 (a question counts when its answer session is in
+the top k), per half, per question type and per language; latency p50/p95.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import world  # noqa: I001  (before anything imports Hermes: harness pins HERMES_HOME)
+import bm25
+import harness  # on sys.path through world
+
+DATA = Path(os.environ.get("DEVSESSIONS_PATH", "/work/shared/data/devsessions/dev_split.json.gz"))
+KEY = "devsessions"
+BUILDER_VERSION = 1  # bump when the way the home is built changes
+TOOL = "project_history_search"
+K = (1, 5, 10)
+QTYPES = ("title", "error", "envkey", "backref")
+LANGS = ("zh", "non-zh")
+
+# Split by project (bench/devsessions.py --show-split prints it with its counts). Chosen once by
+# an exhaustive search over the 2^22 ways to put 10-13 projects in the first half, minimising the
+# distance to an even split of questions, of each question type, of Chinese questions and of
+# messages: 250 / 250 questions, 67 / 62 Chinese, title 106 / 104, error 101 / 101, envkey
+# 37 / 38, backref 6 / 7; two of the six mostly-Chinese projects on the tuning side (hxlot,
+# Yuichat), four on the check side. Tune on TUNE_SPLIT only.
+TUNE_SPLIT = (
+    "Ai-Whisperers/Relocation-Business",
+    "DEBAGanov/PizzaNatWeb",
+    "DULASlee/hxlot",
+    "DiSHTiX/LMUFFB",
+    "RonenSivak/figma-plugin-vite-react",
+    "ThatHunky/gryag",
+    "VinayakHegde/customer-financial-health",
+    "cursor7366-code/AgentKYC",
+    "design4pro/mcp-rag-server",
+    "funnysubaru/Yuichat",
+    "guthubrx/bigmind",
+    "nmd1406/NutriPal",
+)
+CHECK_SPLIT = (
+    "BillWan-zzzyyy/BillWan-zzzyyy.github.io",
+    "Clark-zhang/llm-chat-history-plugin",
+    "CommanderPho/medusa-platform",
+    "DEBAGanov/magicvetov12",
+    "DanCard/cal-date-widget",
+    "daviswhitehead/chef-chopsky",
+    "iDorgham/DocGen",
+    "jjgordon89/inkwell-ai-weaver",
+    "learnwithcc/focuslab",
+    "nndeploy/nndeploy",
+    "zchdoc/shadcn-ui-sidebar-08-admin-dev",
+)
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass
+class Transcript:
+    id: str  # "owner/name#specstory-0003"
+    started_at: float
+    messages: list[tuple[str, str]]  # (role, content)
+
+
+@dataclass
+class Project:
+    id: str  # "owner/name"
+    sessions: list[Transcript] = field(default_factory=list)
+
+
+@dataclass
+class Question:
+    index: int  # position in the data file's question list
+    project: str
+    text: str
+    answers: frozenset[str]  # transcript ids
+    qtype: str
+    lang: str
+
+    @property
+    def half(self) -> str:
+        return "tune" if self.project in TUNE_SPLIT else "check"
+
+
+def _epoch(started_at: str) -> float:
+    return datetime.fromisoformat(started_at).timestamp()
+
+
+def load(path: Path = DATA) -> tuple[list[Project], list[Question]]:
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        raw = json.load(handle)
+    projects = [
+        Project(
+            id=p["id"],
+            sessions=[
+                Transcript(
+                    id=s["id"],
+                    started_at=_epoch(s["started_at"]),
+                    messages=[(m["role"], m["content"]) for m in s["messages"]],
+                )
+                for s in p["sessions"]
+            ],
+        )
+        for p in raw["projects"]
+    ]
+    questions = [
+        Question(
+            index=i,
+            project=q["project"],
+            text=q["question"],  # never the evidence
+            answers=frozenset(q["answer_sessions"]),
+            qtype=q["qtype"],
+            lang=q["lang"],
+        )
+        for i, q in enumerate(raw["questions"])
+    ]
+    known = set(TUNE_SPLIT) | set(CHECK_SPLIT)
+    missing = {p.id for p in projects} - known
+    if missing or set(TUNE_SPLIT) & set(CHECK_SPLIT):
+        raise SystemExit(f"split constants do not cover the data: {sorted(missing)}")
+    return projects, questions
+
+
+def select(questions: list[Question], split: str, limit: int) -> list[Question]:
+    wanted = {"all": set(TUNE_SPLIT) | set(CHECK_SPLIT), "tune": set(TUNE_SPLIT), "check": set(CHECK_SPLIT)}
+    if split not in wanted:
+        raise SystemExit(f"--split must be tune, check or all, not {split!r}")
+    chosen, taken = [], {}
+    for q in questions:
+        if q.project in wanted[split] and (not limit or taken.get(q.project, 0) < limit):
+            taken[q.project] = taken.get(q.project, 0) + 1
+            chosen.append(q)
+    return chosen
+
+
+def split_summary(questions: list[Question]) -> str:
+    lines = []
+    for half, members in (("tune", TUNE_SPLIT), ("check", CHECK_SPLIT)):
+        qs = [q for q in questions if q.project in members]
+        counts = ", ".join(f"{t} {sum(q.qtype == t for q in qs)}" for t in QTYPES)
+        zh = sum(q.lang == "zh" for q in qs)
+        lines.append(f"{half}: {len(members)} projects, {len(qs)} questions ({zh} zh; {counts})")
+        lines.extend(f"  {p}" for p in members)
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the Hermes home
+
+
+@dataclass
+class Built:
+    home: Path
+    sessions: dict[str, str]  # Hermes session id -> transcript id
+    fresh: dict[str, str]  # project -> the empty session the questions are asked from
+    projects: dict[str, str]  # project -> projects_db id
+    build_seconds: float
+
+
+def _folder_name(project: str) -> str:
+    return project.replace("/", "__")
+
+
+def _build(home: Path, projects: list[Project]) -> dict[str, Any]:
+    w = harness.World(home, home.parent / "work")
+    sessions: dict[str, str] = {}
+    fresh: dict[str, str] = {}
+    project_ids: dict[str, str] = {}
+    try:
+        for project in projects:
+            folder = w.folder(_folder_name(project.id))
+            project_ids[project.id] = w.project(project.id, folder)
+            for transcript in sorted(project.sessions, key=lambda t: (t.started_at, t.id)):
+                sid = harness.new_session_id()
+                w.db.create_session(sid, "cli", cwd=folder)
+                for n, (role, content) in enumerate(transcript.messages):
+                    w.db.append_message(sid, role, content, timestamp=transcript.started_at + n)
+                sessions[sid] = transcript.id
+            sid = harness.new_session_id()
+            w.db.create_session(sid, "cli", cwd=folder)
+            fresh[project.id] = sid
+    finally:
+        w.close()
+    return {"sessions": sessions, "fresh": fresh, "projects": project_ids}
+
+
+def _data_stamp(path: Path) -> list:
+    stat = path.stat()
+    return [str(path), stat.st_size, stat.st_mtime_ns]
+
+
+def build_home(projects: list[Project], rebuild: bool = False) -> Built:
+    """The home cached under ``.cache/bench/devsessions/home``: built once, reused while intact."""
+    root = world.CACHE / KEY
+    home = root / "home"
+    manifest = root / "world.json"
+    started = time.perf_counter()
+    stamp = {"version": BUILDER_VERSION, "data": _data_stamp(DATA)}
+    data = None
+    if manifest.exists() and not rebuild:
+        data = json.loads(manifest.read_text())
+        if {k: data.get(k) for k in stamp} != stamp or not (home / "state.db").exists():
+            data = None
+    if data is None:
+        if root.exists():
+            shutil.rmtree(root)
+        home.mkdir(parents=True)
+        world.activate_env(home)
+        data = {**stamp, **_build(home, projects)}
+        harness.enable_plugin(home)  # copies the plugin and runs `hermes plugins enable`
+        manifest.write_text(json.dumps(data, indent=1))
+    return Built(
+        home=home,
+        sessions=data["sessions"],
+        fresh=data["fresh"],
+        projects=data["projects"],
+        build_seconds=time.perf_counter() - started,
+    )
+
+
+def keyword_only() -> None:
+    """Semantic search off in the home's config.yaml, through Hermes's own config API (not the
+    plugin's modules, which may move): keyword mode must not depend on an embedding setup."""
+    from hermes_cli.config import load_config, save_config
+
+    config = load_config()
+    config.setdefault("plugins", {})[world.PLUGIN_KEY] = {"embedding": {"enabled": False}}
+    save_config(config)
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+@dataclass
+class Tally:
+    questions: int = 0
+    hits: dict[int, int] = field(default_factory=lambda: dict.fromkeys(K, 0))
+    leaks: int = 0
+
+    def add(self, ranked: list[str], answers: frozenset[str], own: set[str]) -> None:
+        self.questions += 1
+        self.leaks += sum(1 for s in ranked if s not in own)
+        for k in K:
+            self.hits[k] += bool(answers & set(ranked[:k]))
+
+    def rate(self, k: int) -> float:
+        return self.hits[k] / self.questions if self.questions else 0.0
+
+
+GROUPS = ("all", *QTYPES, *LANGS)
+
+
+def score(questions: list[Question], ranked: dict[int, list[str]], own: dict[str, set[str]]) -> dict:
+    """{half: {group: Tally}} for halves all / tune / check and groups all / qtypes / languages."""
+    tallies: dict[str, dict[str, Tally]] = {h: {g: Tally() for g in GROUPS} for h in ("all", "tune", "check")}
+    for q in questions:
+        for half in ("all", q.half):
+            for group in ("all", q.qtype, q.lang):
+                tallies[half][group].add(ranked[q.index], q.answers, own[q.project])
+    return tallies
+
+
+def percentile_ms(latencies: list[float], share: float) -> float:
+    if not latencies:
+        return 0.0
+    ordered = sorted(latencies)
+    if share == 0.5:
+        return 1000 * statistics.median(ordered)
+    return 1000 * ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def table(name: str, tallies: dict[str, dict[str, Tally]], latencies: list[float]) -> str:
+    head = ["", "questions", *(f"any@{k}" for k in K), "leaks"]
+    lines = [
+        f"{name}: p50 {percentile_ms(latencies, 0.5):.1f} ms, p95 {percentile_ms(latencies, 0.95):.1f} ms",
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|",
+    ]
+    present = [h for h in ("tune", "check") if tallies[h]["all"].questions]
+    for half in ["all", *present] if len(present) > 1 else present:
+        for group in GROUPS:
+            t = tallies[half][group]
+            if not t.questions:
+                continue
+            label = half if group == "all" else f"{half} {group}"
+            cells = [label, str(t.questions), *(f"{t.rate(k):.3f}" for k in K), str(t.leaks)]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def figures(tallies: dict[str, dict[str, Tally]], latencies: list[float]) -> dict:
+    return {
+        "p50_ms": percentile_ms(latencies, 0.5),
+        "p95_ms": percentile_ms(latencies, 0.95),
+        "scores": {
+            half: {
+                group: {"questions": t.questions, "leaks": t.leaks, **{f"any@{k}": t.rate(k) for k in K}}
+                for group, t in groups.items()
+                if t.questions
+            }
+            for half, groups in tallies.items()
+        },
+    }
+
+
+# --------------------------------------------------------------------------- asking
+
+
+def ask_plugin(built: Built, questions: list[Question], limit: int) -> tuple[dict, list[float]]:
+    """Each question through the dispatcher from its project's fresh session: transcript ids ranked."""
+    import model_tools
+
+    ranked: dict[int, list[str]] = {}
+    latencies = []
+    for q in questions:
+        started = time.perf_counter()
+        raw = model_tools.handle_function_call(
+            TOOL,
+            {"query": q.text, "mode": "keyword", "limit": limit},
+            task_id=f"devsessions-{q.index}",
+            session_id=built.fresh[q.project],
+        )
+        latencies.append(time.perf_counter() - started)
+        result = json.loads(raw)
+        if not result.get("success"):
+            raise SystemExit(f"search failed for question {q.index}: {result}")
+        ranked[q.index] = [built.sessions.get(r["session_id"], r["session_id"]) for r in result["results"]]
+    return ranked, latencies
+
+
+def ask_bm25(projects: list[Project], questions: list[Question], limit: int) -> tuple[dict, list[float]]:
+    wanted = {q.project for q in questions}
+    indexes = {
+        p.id: bm25.SessionBM25({t.id: [text for _, text in t.messages] for t in p.sessions})
+        for p in projects
+        if p.id in wanted
+    }
+    ranked: dict[int, list[str]] = {}
+    latencies = []
+    for q in questions:
+        started = time.perf_counter()
+        ranked[q.index] = indexes[q.project].rank(q.text, limit)
+        latencies.append(time.perf_counter() - started)
+    return ranked, latencies
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--split", default="all", choices=("tune", "check", "all"))
+    parser.add_argument("--limit-questions", type=int, default=0, help="first N questions of each project")
+    parser.add_argument("--limit", type=int, default=10, help="sessions asked for per question (max 10)")
+    parser.add_argument("--rebuild", action="store_true", help="rebuild the cached Hermes home")
+    parser.add_argument("--show-split", action="store_true", help="print the split and exit")
+    parser.add_argument("--json", type=Path, help="also write the figures and rankings here")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    projects, all_questions = load()
+    print(split_summary(all_questions))
+    if args.show_split:
+        return {}
+    questions = select(all_questions, args.split, args.limit_questions)
+
+    built = build_home(projects, rebuild=args.rebuild)
+    world.activate(built.home)
+    keyword_only()
+
+    own = {p.id: {t.id for t in p.sessions} for p in projects}
+    plugin_ranked, plugin_latency = ask_plugin(built, questions, args.limit)
+    base_ranked, base_latency = ask_bm25(projects, questions, args.limit)
+    plugin_scores = score(questions, plugin_ranked, own)
+    base_scores = score(questions, base_ranked, own)
+
+    print()
+    print(
+        f"split={args.split} questions={len(questions)} "
+        f"home built/loaded in {built.build_seconds:.1f}s ({built.home})"
+    )
+    print()
+    print(table("plugin keyword (project_history_search, mode keyword)", plugin_scores, plugin_latency))
+    print()
+    print(table("baseline: session BM25, words + CJK bigrams (bench/bm25.py)", base_scores, base_latency))
+
+    result = {
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "split": {"tune": list(TUNE_SPLIT), "check": list(CHECK_SPLIT)},
+        "plugin": figures(plugin_scores, plugin_latency),
+        "bm25": figures(base_scores, base_latency),
+        "questions": [
+            {
+                "index": q.index,
+                "project": q.project,
+                "half": q.half,
+                "qtype": q.qtype,
+                "lang": q.lang,
+                "answers": sorted(q.answers),
+                "plugin": plugin_ranked[q.index],
+                "bm25": base_ranked[q.index],
+                "plugin_ms": 1000 * plugin_latency[i],
+            }
+            for i, q in enumerate(questions)
+        ],
+    }
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()
