@@ -186,6 +186,8 @@ def project_session_move(process: ProcessState, args: dict[str, Any], **kwargs: 
     project_id = args.get("project_id")
     if not isinstance(project_id, str):  # null too: Home is '' and only ''
         return _error(NOT_A_STRING)
+    if project_id and not project_id.strip():
+        return _error("project_id is blank: a project id such as 'p_abc123', or '' (empty) for Home")
     session_id = current_session_id(kwargs)
     if not session_id:
         return _error("no current session to move (the call carried no session id)")

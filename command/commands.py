@@ -10,6 +10,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..store import command_line, hint
 from .common import CommandError, identity_for, identity_of_folder, label, opened, save_plugin_settings
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ def allow(process: ProcessState, args: argparse.Namespace) -> int:
     if args.all_projects and args.project:
         raise CommandError("use either --project or --all-projects, not both")
     with opened(process) as (env, db, projects):
+        covers: dict[str, list[str]] = {}
         if args.all_projects:
             refs, labels = [ALL_PROJECTS], ["every project of this profile"]
         else:
@@ -44,6 +46,8 @@ def allow(process: ProcessState, args: argparse.Namespace) -> int:
                 identity_of_folder(os.getcwd(), projects)
             ]
             refs, labels = [project_ref(i) for i in identities], [label(i) for i in identities]
+            # What the consent covers: each project's folders now (a project that grows asks again).
+            covers = {project_ref(i): projects.folders_of(i) for i in identities}
 
     settings = env.settings
     embedding = settings.embedding
@@ -65,16 +69,18 @@ def allow(process: ProcessState, args: argparse.Namespace) -> int:
             return 1
 
     def agree(consent: dict[str, Any] | None) -> dict[str, Any]:
-        agreed = refs
+        agreed, covered = refs, covers
         if same_target(consent, embedding, env.profile) and not consent.get("disabled_at"):
             agreed = [*consent.get("projects", []), *refs]
-        return consent_record(embedding, env.profile, agreed, time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+            covered = {**consent.get("covers", {}), **covers}
+        when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        return consent_record(embedding, env.profile, agreed, when, covered)
 
     update_consent(env, agree)
     save_plugin_settings({"enabled": True})
     print(f"Allowed. Consent recorded in {env.consent_path}")
-    scope = " --all-projects" if args.all_projects else ""
-    print(f"Build the index now: hermes project-history index{scope}")
+    index_args = ["project-history", "index", *(["--all-projects"] if args.all_projects else [])]
+    print(f"Build the index now: {command_line(*index_args)}")
     return 0
 
 
@@ -125,14 +131,14 @@ def index(process: ProcessState, args: argparse.Namespace) -> int:
                 else identity_of_folder(os.getcwd(), projects)
             )
             chosen = [g for g in groups if same_project(g["identity"], identity)] or [
-                {"identity": identity, "session_ids": []}
+                {"identity": identity, "session_ids": [], "folders": projects.folders_of(identity)}
             ]
     semantic = Semantic(env, process.semantic, process.schemas)
-    refused = [g for g in chosen if semantic.gate(g["identity"]) != "ok"]
+    refused = [g for g in chosen if semantic.gate(g["identity"], g["folders"]) != "ok"]
     if refused:
         names = ", ".join(label(g["identity"]) for g in refused)
         raise CommandError(
-            f"semantic search is not enabled for {names}; run `hermes project-history allow` first"
+            f"semantic search is not enabled for {names}; run {hint('project-history', 'allow')} first"
         )
     embedder = semantic.embedder()
     if indexer_busy(env.data_dir):
@@ -149,13 +155,14 @@ def index(process: ProcessState, args: argparse.Namespace) -> int:
                     counting,
                     progress=counting.report,
                     lock_wait=INDEX_WAIT_SECONDS,
+                    folders=group["folders"],
                 )
             except EmbeddingUnavailable as error:
                 raise CommandError(f"embedding provider unavailable: {error}") from None
             if not complete:
                 raise CommandError(
                     "indexing stopped before the end (semantic search was turned off, or another "
-                    "process kept the index busy); run `hermes project-history status`"
+                    f"process kept the index busy); run {hint('project-history', 'status')}"
                 )
             total_written += written
     seconds = time.monotonic() - started
@@ -220,6 +227,6 @@ def readable(result: dict[str, Any]) -> str:
     elif result.get("mode") != "keyword" and result.get("semantic_status") in ("partial", "indexing"):
         lines.append(
             "Semantic search skipped: this project's index is not complete (results above are "
-            "keyword matches). Build it with: hermes project-history index"
+            f"keyword matches). Build it with: {command_line('project-history', 'index')}"
         )
     return "\n".join(lines)

