@@ -177,6 +177,13 @@ def describe_failure(error: BaseException, env: HermesEnv) -> str:
         isinstance(error, OSError) and error.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
     ):
         return f"cannot write {env.data_dir} (permission denied or read-only): fix its permissions"
+    if isinstance(error, sqlite3.OperationalError | OSError) and (
+        "disk is full" in str(error) or getattr(error, "errno", None) == errno.ENOSPC
+    ):
+        return (
+            f"no space left on the disk of {env.data_dir}: free some space; indexing then goes on "
+            "where it stopped (nothing stored is embedded again)"
+        )
     if isinstance(error, sqlite3.OperationalError):
         text = str(error)
         if "locked" in text or "busy" in text:

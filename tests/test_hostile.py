@@ -378,3 +378,58 @@ def test_a_provider_error_that_echoes_the_request_leaks_no_credential(counting, 
             ("logs", caplog.text),
         ):
             assert secret not in text, (secret, where)
+
+
+# --------------------------------------------------------------------------- a full disk
+
+
+@pytest.fixture
+def small_disk(counting, tmp_path):
+    """The plugin's folder (code and data) on a tmpfs with little room left: a disk that fills
+    during ``index``; :func:`grow` frees space."""
+    import shutil
+    import subprocess
+
+    data = counting.home / "plugins" / "project-history-recall"
+    keep = tmp_path / "plugin-copy"
+    shutil.copytree(data, keep)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(data)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        shutil.copytree(keep, data, dirs_exist_ok=True)
+        used = int(subprocess.run(["du", "-sk", str(data)], capture_output=True, text=True).stdout.split()[0])
+        subprocess.run(["mount", "-o", f"remount,size={used + 400}k", str(data)], check=True)
+        counting.grow = lambda: subprocess.run(["mount", "-o", "remount,size=64m", str(data)], check=True)
+        yield counting
+    finally:
+        subprocess.run(["umount", "-l", str(data)], check=False)
+
+
+def test_a_disk_that_filled_during_index_locks_nothing_and_loses_nothing(small_disk):
+    from harness import run_hermes
+
+    world = small_disk
+    _write_consent(world)
+    repo = world.git_repo("app")
+    for i in range(400):
+        world.session(repo, [("user", f"note {i} " + "lorem ipsum dolor " * 150), ("assistant", "ok " * 200)])
+    full = run_hermes(world.home, "project-history", "index", "--all-projects", cwd=repo)
+    assert full.returncode != 0
+    (line,) = full.stderr.strip().splitlines()
+    assert "no space left" in line and "damaged" not in line and "purge" not in line, line
+    sent_before = len(world.server.inputs)
+    assert sent_before < 1200
+    world.grow()
+    result = world.search(world.session(repo), "lorem", mode="semantic")
+    assert result["semantic_status"] in ("ready", "indexing"), result.get("semantic_error")
+    done = run_hermes(world.home, "project-history", "index", "--all-projects", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    status = run_hermes(world.home, "project-history", "status", cwd=repo)
+    assert "800 messages, 800 indexed" in status.stdout, status.stdout
+    # 1,200 chunks (two per long message): what was stored before the disk filled is not sent
+    # again; only the batch that could not be stored is (at most batch_size texts).
+    documents = [text for text in world.server.inputs if text != "lorem"]
+    assert 1200 <= len(documents) <= 1200 + 32, len(documents)
