@@ -11,7 +11,15 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..store import command_line, hint
-from .common import CommandError, identity_for, identity_of_folder, label, opened, save_plugin_settings
+from .common import (
+    CommandError,
+    counted,
+    identity_for,
+    identity_of_folder,
+    label,
+    opened,
+    save_plugin_settings,
+)
 
 if TYPE_CHECKING:
     from .. import ProcessState
@@ -24,6 +32,12 @@ INDEX_WAIT_SECONDS = 3600.0  # `index` waits for another indexer rather than fai
 
 
 def allow(process: ProcessState, args: argparse.Namespace) -> int:
+    return grant(process, args.project, args.all_projects, args.yes)
+
+
+def grant(process: ProcessState, tokens: list[str], all_projects: bool, yes: bool) -> int:
+    """Record consent for these projects (``tokens``: ids, slugs, repo keys or folders; none: the
+    current folder's project) or for every project, after showing what will be sent where."""
     from ..semantic import (
         ALL_PROJECTS,
         WHAT_IS_SENT,
@@ -35,14 +49,14 @@ def allow(process: ProcessState, args: argparse.Namespace) -> int:
         update_consent,
     )
 
-    if args.all_projects and args.project:
+    if all_projects and tokens:
         raise CommandError("use either --project or --all-projects, not both")
     with opened(process) as (env, db, projects):
         covers: dict[str, list[str]] = {}
-        if args.all_projects:
+        if all_projects:
             refs, labels = [ALL_PROJECTS], ["every project of this profile"]
         else:
-            identities = [identity_for(t, db, projects) for t in args.project] or [
+            identities = [identity_for(t, db, projects) for t in tokens] or [
                 identity_of_folder(os.getcwd(), projects)
             ]
             refs, labels = [project_ref(i) for i in identities], [label(i) for i in identities]
@@ -61,7 +75,7 @@ def allow(process: ProcessState, args: argparse.Namespace) -> int:
     print("  what: past conversations now, and new messages as they are searched (history+incremental)")
     print(f"  to: {embedding.provider} model '{embedding.model}' at {destination(embedding)}")
     print(f"  stored: vectors only, in {env.index_path}")
-    if not args.yes:
+    if not yes:
         if not sys.stdin or not sys.stdin.isatty():
             raise CommandError("confirmation needed: run again with --yes once the user has agreed")
         if input("Agree and enable? [y/N] ").strip().lower() not in ("y", "yes"):
@@ -79,7 +93,7 @@ def allow(process: ProcessState, args: argparse.Namespace) -> int:
     update_consent(env, agree)
     save_plugin_settings({"enabled": True})
     print(f"Allowed. Consent recorded in {env.consent_path}")
-    index_args = ["project-history", "index", *(["--all-projects"] if args.all_projects else [])]
+    index_args = ["project-history", "index", *(["--all-projects"] if all_projects else [])]
     print(f"Build the index now: {command_line(*index_args)}")
     return 0
 
@@ -166,9 +180,18 @@ def index(process: ProcessState, args: argparse.Namespace) -> int:
                 )
             total_written += written
     seconds = time.monotonic() - started
+    projects = counted(len(chosen), "project")
+    if not total_written:
+        print(f"Indexed {projects}: already up to date, nothing to embed.")
+        return 0
+    where = (
+        "embedded on this machine"
+        if env.settings.embedding.provider == "local"
+        else f"sent to {env.settings.embedding.provider}"
+    )
     print(
-        f"Indexed {len(chosen)} project(s): {total_written} chunks embedded in {seconds:.1f}s "
-        f"({embedder.texts_embedded} texts sent to the provider)."
+        f"Indexed {projects}: {counted(total_written, 'chunk')} embedded in {seconds:.1f}s "
+        f"({counted(embedder.texts_embedded, 'text')} {where})."
     )
     return 0
 
@@ -212,7 +235,8 @@ def readable(result: dict[str, Any]) -> str:
     lines = []
     if result.get("project"):
         lines.append(
-            f"Project: {label(result['project'])}  ·  {result.get('sessions_in_scope')} sessions  ·  "
+            f"Project: {label(result['project'])}  ·  "
+            f"{counted(result.get('sessions_in_scope') or 0, 'conversation')}  ·  "
             f"semantic: {result.get('semantic_status')}"
         )
     if result.get("message"):

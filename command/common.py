@@ -85,6 +85,11 @@ def label(identity: dict[str, Any]) -> str:
     return without_controls(text)
 
 
+def counted(number: int, noun: str) -> str:
+    """``1 conversation``, ``2 conversations``."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
 def save_plugin_settings(values: dict[str, Any]) -> None:
     from hermes_cli.config import save_config
 

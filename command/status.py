@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .common import CommandError, label
+from .common import CommandError, counted, label
 
 if TYPE_CHECKING:
     from .. import ProcessState
@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 @dataclass
 class ProjectStatus:
     identity: dict[str, Any]
-    sessions: int
+    conversations: int  # as the search counts them: a compressed conversation once
     messages: int
     indexed: int | None  # None: not known (semantic search off or not working)
     gate: str  # ok | disabled | consent_required
@@ -80,7 +80,7 @@ def gather(process: ProcessState) -> Status:
             status.projects.append(
                 ProjectStatus(
                     identity=group["identity"],
-                    sessions=len(group["session_ids"]),
+                    conversations=group["conversations"],
                     messages=len(db.live_message_ids(group["session_ids"])),
                     indexed=count,
                     gate=semantic.gate(group["identity"], group["folders"]),
@@ -138,8 +138,8 @@ def lines(status: Status) -> list[str]:
     for project in status.projects:
         indexed = "n/a" if project.indexed is None else project.indexed
         out.append(
-            f"  {label(project.identity)}: {project.sessions} sessions, "
-            f"{project.messages} messages, {indexed} indexed; semantic: {project.gate}"
+            f"  {label(project.identity)}: {counted(project.conversations, 'conversation')}, "
+            f"{counted(project.messages, 'message')}, {indexed} indexed; semantic: {project.gate}"
         )
     return out
 

@@ -445,7 +445,7 @@ class ProjectMap:
 
     def groups(self) -> list[dict[str, Any]]:
         """Every project that has conversations of this home's profile: its identity, its session
-        ids (oldest first) and its folders."""
+        ids (oldest first), how many conversations they are and its folders."""
         snap = self.snapshot()
         own = self.db.env.profile
         groups = []
@@ -454,6 +454,11 @@ class ProjectMap:
             if session_ids:
                 identity = snap.identities[key]
                 groups.append(
-                    {"identity": identity, "session_ids": session_ids, "folders": self.folders_of(identity)}
+                    {
+                        "identity": identity,
+                        "session_ids": session_ids,
+                        "conversations": len({members[sid] for sid in session_ids}),
+                        "folders": self.folders_of(identity),
+                    }
                 )
         return groups

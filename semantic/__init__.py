@@ -248,11 +248,12 @@ class Semantic:
         remember_identity(embedding, embedder, env.data_dir / _IDENTITY_FILE)
         return embedder
 
-    def embed_test_text(self, text: str) -> Any:
-        """``setup``'s check: one text through the configured provider (raises
-        :class:`EmbeddingUnavailable`), and the model's identity remembered."""
+    def embed_test_text(self, text: str, embedding: Any = None) -> Any:
+        """``setup``'s check: one text through a provider (``embedding``: settings not written yet;
+        default the configured ones; raises :class:`EmbeddingUnavailable`), and the model's
+        identity remembered."""
         env = self.env
-        embedding = env.settings.embedding
+        embedding = embedding or env.settings.embedding
         embedder = self.memory.providers.embedder(embedding, env.api_key())
         vector = embedder.embed_documents([text])[0]
         remember_identity(embedding, embedder, env.data_dir / _IDENTITY_FILE)

@@ -162,7 +162,7 @@ def same_target(consent: Mapping[str, Any] | None, embedding: EmbeddingSettings,
 def destination(embedding: EmbeddingSettings) -> str:
     """Where the text goes, in words a user can check."""
     if embedding.provider == "local":
-        return "this machine (in-process model; nothing leaves it)"
+        return destination_local()
     return endpoint_of(embedding)
 
 
@@ -231,16 +231,19 @@ def consent_request(
 ) -> dict[str, Any]:
     """What the agent should ask the user, and the command that records a yes (spec §五).
 
-    ``setup_needed`` says what to run first when the provider could not work even with a yes.
-    When the project has folders its consent did not cover (``folders``: its folders now), the
-    question names them: spec §五.4 asks again when the scope grows.
+    Until a provider was chosen (by ``setup``, or in config.yaml), the question offers the local
+    model first (no key, nothing leaves the machine) and names the configured remote provider
+    beside it (``alternatives``); the yes-command then does the whole job, ``setup local`` and
+    the consent, and works on a plain Hermes (setup installs what the model needs). Once one is
+    chosen the question is about that provider, and ``setup_needed`` says what to run first when
+    it could not work even with a yes. When the project has folders its consent did not cover
+    (``folders``: its folders now), the question names them: spec §五.4 asks again when the
+    scope grows.
     """
-    from .runtime import provider_problem, setup_hint
+    from .runtime import default_local_model, provider_problem, setup_hint
 
     embedding, profile = env.settings.embedding, env.profile
-    endpoint = endpoint_of(embedding)
-    problem = provider_problem(embedding, env.api_key(), env.settings.problems)
-    extra = {"setup_needed": f"{problem}; run {setup_hint(embedding.provider)} first"} if problem else {}
+    key = project_key(identity)
     ref = project_ref(identity)
     project = identity.get("name") or identity.get("key") or ref
     grown = uncovered_folders(read_consent(env), identity, folders)
@@ -249,6 +252,38 @@ def consent_request(
         if grown
         else "Semantic search is off until you agree. "
     )
+    sends = "user and assistant message text of this project's sessions (history and new messages)"
+    if not env.settings.provider_chosen:
+        local = default_local_model()
+        remote = {
+            "provider": embedding.provider,
+            "model": embedding.model,
+            "endpoint": endpoint_of(embedding),
+            "needs": f"an API key as {_key_env()} in ~/.hermes/.env",
+            "on_yes_run": command_line(
+                "project-history", "setup", embedding.provider, "--yes", "--allow", key, profile=profile
+            ),
+        }
+        return {
+            "ask_user": (
+                f"{opening}It can run on this machine with a local model ({local}, a one-time download "
+                f"from PyPI; nothing leaves the machine), or send {WHAT_IS_SENT} in this project's "
+                f"conversations ({project}), past and future, to {embedding.provider} model "
+                f"'{embedding.model}' at {endpoint_of(embedding)} (needs an API key). Either way the "
+                "embeddings are stored locally. Enable it for this project with the local model?"
+            ),
+            "on_yes_run": command_line(
+                "project-history", "setup", "local", "--yes", "--allow", key, profile=profile
+            ),
+            "provider": "local",
+            "model": local,
+            "endpoint": destination_local(),
+            "project": ref,
+            "sends": f"nothing leaves the machine; with {embedding.provider}: {sends}",
+            "alternatives": [remote],
+        }
+    problem = provider_problem(embedding, env.api_key(), env.settings.problems)
+    extra = {"setup_needed": f"{problem}; run {setup_hint(embedding.provider)} first"} if problem else {}
     return {
         **extra,
         "ask_user": (
@@ -257,12 +292,20 @@ def consent_request(
             f"'{embedding.model}' at {destination(embedding)} to compute embeddings, which are stored "
             f"locally. Enable it for this project?"
         ),
-        "on_yes_run": command_line(
-            "project-history", "allow", "--project", project_key(identity), "--yes", profile=profile
-        ),
+        "on_yes_run": command_line("project-history", "allow", "--project", key, "--yes", profile=profile),
         "provider": embedding.provider,
         "model": embedding.model,
-        "endpoint": endpoint,
+        "endpoint": endpoint_of(embedding),
         "project": ref,
-        "sends": "user and assistant message text of this project's sessions (history and new messages)",
+        "sends": sends,
     }
+
+
+def destination_local() -> str:
+    return "this machine (in-process model; nothing leaves it)"
+
+
+def _key_env() -> str:
+    from ..config_schema import API_KEY_ENV
+
+    return API_KEY_ENV
