@@ -91,3 +91,30 @@ def _tool_list(h020) -> list:
     out = _run([h020["python"], FRESH_WORLD, "catalog"], h020["home"])
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_failed_setup_changes_nothing_on_hermes_020(h020):
+    config = h020["home"] / "config.yaml"
+    before = config.read_bytes()
+    failed = _run([h020["hermesx"], "project-history", "setup", "ollama", "--yes"], h020["home"])
+    assert failed.returncode != 0 and "is Ollama running?" in failed.stderr, failed.stderr
+    assert config.read_bytes() == before
+
+
+def test_the_consent_command_does_the_whole_job_on_a_plain_hermes_020(h020):
+    import os
+
+    ids = h020["ids"]
+    ask = _tool(h020, "search", ids["now"], "hybrid", "vehicle breakdown")["semantic_consent"]
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},
+        "HERMES_HOME": str(h020["home"]),
+        "PATH": f"{os.path.dirname(h020['hermesx'])}:{os.environ['PATH']}",
+    }
+    done = subprocess.run(
+        ["bash", "-c", ask["on_yes_run"]], env=env, capture_output=True, text=True, timeout=1800
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    semantic = _tool(h020, "search", ids["now"], "semantic", "vehicle breakdown")
+    assert semantic["semantic_status"] == "ready", semantic
+    assert semantic["results"][0]["session_id"] == ids["car"], semantic
