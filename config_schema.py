@@ -62,7 +62,8 @@ class EmbeddingSettings:
     timeout_seconds: float = _key(20.0, "seconds per embedding request")
     max_retries: int = _key(2, "retries per request, with backoff")
     index_budget_seconds: float = _key(
-        5.0, "indexing a search may do inline before the background takes over"
+        5.0,
+        "a search's time for semantic work, from the call's start; the background indexes the rest",
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from typing import TYPE_CHECKING, Any
 
 from .config_schema import MODES
@@ -161,6 +162,7 @@ def _parse_limit(raw: Any) -> int | None:
 
 def project_history_search(process: ProcessState, args: dict[str, Any], **kwargs: Any) -> str:
     """The search tool (spec §4.1): checks the arguments, then :func:`search.run_search`."""
+    started = time.monotonic()  # the budget covers the whole call, this module's imports included
     if not isinstance(args, dict):
         return _error("arguments must be an object with 'query'")
     query = args.get("query")
@@ -180,7 +182,7 @@ def project_history_search(process: ProcessState, args: dict[str, Any], **kwargs
     try:
         from . import search
 
-        return _json(search.run_search(process, query, mode, limit, session_id, agent_cwd()))
+        return _json(search.run_search(process, query, mode, limit, session_id, agent_cwd(), started=started))
     except Exception as error:  # the agent gets a clear error, never a traceback
         logger.exception("project_history_search failed")
         return _error(f"project history search failed: {type(error).__name__}", code="internal")

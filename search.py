@@ -11,6 +11,7 @@ fail the search: whatever happens there, the keyword results stand.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -371,9 +372,10 @@ class _Search:
     """One search of one scope: the call's databases, the process's memory, and the steps."""
 
     def __init__(
-        self, process: ProcessState, env: HermesEnv, db: HermesDB, scope: Scope, build: bool
+        self, process: ProcessState, env: HermesEnv, db: HermesDB, scope: Scope, build: bool, started: float
     ) -> None:
         self.env, self.db, self.scope, self.build = env, db, scope, build
+        self.started = started  # time.monotonic() at the call's start: budgets count from it
         self.reader = FullTextReader(db, process.scope_ids)
         self.semantic = Semantic(env, process.semantic, process.schemas)
 
@@ -399,13 +401,15 @@ class _Search:
         mode = question.mode
         concurrent: Future[SemanticOutcome] | None = None
         if mode == "hybrid":
-            concurrent = self.semantic.search_concurrently(self.scope, question.semantic_text, self.build)
+            concurrent = self.semantic.search_concurrently(
+                self.scope, question.semantic_text, self.build, self.started
+            )
         keyword = self.keyword(question, only_best=mode == "keyword") if mode != "semantic" else []
         if concurrent is not None:
-            outcome = concurrent.result()
+            outcome = self.semantic.answer(concurrent, self.started)
         else:
             outcome = self.semantic.search(
-                self.db, self.scope, question.semantic_text, run=mode != "keyword", build=self.build
+                self.db, self.scope, question.semantic_text, mode != "keyword", self.build, self.started
             )
         in_scope = self.scope.conversation_of
         # Both paths got the same scope; a row outside it is dropped all the same.
@@ -454,7 +458,7 @@ class _Search:
         as_asked = keyword_messages(self.reader, plan_query(question.text), in_scope, question.limit)
         if has_evidence(as_asked, [], floor, terms):
             return True
-        outcome = self.semantic.search(self.db, self.scope, question.text, run=True, build=False)
+        outcome = self.semantic.search(self.db, self.scope, question.text, True, False, self.started)
         return has_evidence([], [row for row in outcome.rows if row["session_id"] in in_scope], floor, terms)
 
     def shape(self, question: Question, found: Found, ranked: list[dict[str, Any]]) -> dict[str, Any]:
@@ -511,13 +515,16 @@ def run_search(
     session_id: str,
     fallback_cwd: str = "",
     build_index: bool = True,
+    started: float | None = None,
 ) -> dict[str, Any]:
     """The tool's answer as a dict (spec §4.5, failure rows of spec §七): scope, then the question
     read once, both paths, ranking, and the answer's shape.
 
     ``build_index=False`` (the terminal's ``search``): semantic search runs only over a complete
-    index and starts no indexing that the exiting process would abandon.
+    index and starts no indexing that the exiting process would abandon. ``started``
+    (``time.monotonic()``): when the caller began, so that the budget covers the whole call.
     """
+    started = time.monotonic() if started is None else started
     env = HermesEnv.current()
     try:
         db = HermesDB.open(env, process.schemas)
@@ -528,7 +535,7 @@ def run_search(
         early = answer_without_search(scope)
         if early is not None:
             return early
-        search = _Search(process, env, db, scope, build_index)
+        search = _Search(process, env, db, scope, build_index, started)
         question = search.understand(query, mode, limit)
         found = search.retrieve(question)
         ranked, below_floor = search.rank(question, found)

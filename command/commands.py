@@ -276,6 +276,7 @@ def index(process: ProcessState, args: argparse.Namespace) -> int:
 
 
 def search(process: ProcessState, args: argparse.Namespace) -> int:
+    started = time.monotonic()
     from ..search import run_search
 
     query = " ".join(args.query)
@@ -291,7 +292,9 @@ def search(process: ProcessState, args: argparse.Namespace) -> int:
             if not args.session.strip() or db.session(args.session.strip()) is None:
                 raise CommandError(f"session not found: {args.session}")
     # build_index=False: a terminal search never starts indexing it would abandon on exit.
-    result = run_search(process, query, args.mode, args.limit, args.session or "", cwd, build_index=False)
+    result = run_search(
+        process, query, args.mode, args.limit, args.session or "", cwd, build_index=False, started=started
+    )
     if args.json:
         print(json.dumps(result, ensure_ascii=False, indent=2))
         return 0 if result.get("success") else 1

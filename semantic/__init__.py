@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +75,9 @@ CONCURRENT_SEARCHES = 4
 INLINE_FIRST_CHECK_MESSAGES = 20_000
 #: Time the query embedding may take beyond ``index_budget_seconds`` (a search answers within both).
 QUERY_GRACE_SECONDS = 0.5
+#: The semantic side's answer is waited for until ``index_budget_seconds`` plus this after the
+#: call began (the README's promise: a dead provider costs the budget plus a second at most).
+ANSWER_GRACE_SECONDS = 1.0
 
 
 @dataclass
@@ -261,20 +265,35 @@ class Semantic:
 
     # ----------------------------------------------------------------------- search
 
-    def search(self, db: HermesDB, scope: Any, query: str, run: bool, build: bool = True) -> SemanticOutcome:
+    def search(
+        self,
+        db: HermesDB,
+        scope: Any,
+        query: str,
+        run: bool,
+        build: bool = True,
+        started: float | None = None,
+    ) -> SemanticOutcome:
         """Semantic rows for ``query`` in ``scope``, or the reason there are none. Never raises.
 
         With ``run`` the index is brought up to date within ``index_budget_seconds`` first and a
         background thread takes the rest; without it (keyword mode) only the state is reported,
         from a read-only look at the index. ``build=False`` (a terminal's search, whose process is
         about to exit) searches a complete index only and starts no indexing.
+
+        ``started`` (``time.monotonic()``) is when the whole call began: the budget counts from
+        there, so the imports, the provider's client and the scope's resolution a fresh process
+        pays for on its first call are inside it, not added to it.
         """
+        started = time.monotonic() if started is None else started
         gate = self.gate(scope.identity, scope.folders)
         if gate != "ok":
             return SemanticOutcome(status=gate)
-        return self._guarded(db, scope, query, run, build)
+        return self._guarded(db, scope, query, run, build, started)
 
-    def search_concurrently(self, scope: Any, query: str, build: bool = True) -> Future[SemanticOutcome]:
+    def search_concurrently(
+        self, scope: Any, query: str, build: bool = True, started: float | None = None
+    ) -> Future[SemanticOutcome]:
         """:meth:`search` (``run=True``) on a worker thread, while the caller runs the keyword path.
 
         A hybrid search's two paths wait on different things: SQLite's FTS query, and the query
@@ -286,6 +305,7 @@ class Semantic:
         whose history may not be embedded (no consent yet: most searches of a new user) gets its
         answer here, without a worker or a connection. Never raises.
         """
+        started = time.monotonic() if started is None else started
         gate = self.gate(scope.identity, scope.folders)
         if gate != "ok":
             answered: Future[SemanticOutcome] = Future()
@@ -296,7 +316,7 @@ class Semantic:
         def work() -> SemanticOutcome:
             try:
                 with HermesDB.open(self.env, self.schemas) as db:
-                    return self._guarded(db, scope, query, True, build)
+                    return self._guarded(db, scope, query, True, build, started)
             except Exception as error:  # opening state.db again; _guarded itself never raises
                 reason = self.describe(error)
                 logger.warning("semantic search unavailable: %s", reason, exc_info=True)
@@ -304,17 +324,41 @@ class Semantic:
 
         return self.memory.workers().submit(context.run, work)
 
-    def _guarded(self, db: HermesDB, scope: Any, query: str, run: bool, build: bool) -> SemanticOutcome:
+    def answer(self, concurrent: Future[SemanticOutcome], started: float) -> SemanticOutcome:
+        """The outcome of :meth:`search_concurrently`, waited for no longer than the call's budget.
+
+        The worker keeps its own deadlines; this one bounds what they do not cover (loading a
+        large matrix from a slow disk, a stalled lock). Past it the keyword results answer alone,
+        and the worker finishes on its own.
+        """
+        waited = started + self.env.settings.embedding.index_budget_seconds + ANSWER_GRACE_SECONDS
         try:
-            return self._search(db, scope, query, run, build)
+            return concurrent.result(timeout=max(0.0, waited - time.monotonic()))
+        except FutureTimeout:
+            seconds = self.env.settings.embedding.index_budget_seconds + ANSWER_GRACE_SECONDS
+            reason = f"semantic search did not answer within the search's budget ({seconds:g}s)"
+            logger.warning("%s", reason)
+            return SemanticOutcome(status="unavailable", error=reason)
+
+    def _guarded(
+        self, db: HermesDB, scope: Any, query: str, run: bool, build: bool, started: float
+    ) -> SemanticOutcome:
+        try:
+            return self._search(db, scope, query, run, build, started)
         except Exception as error:
             reason = self.describe(error)
             logger.warning("semantic search unavailable: %s", reason, exc_info=True)
             return SemanticOutcome(status="unavailable", error=reason)
 
-    def _search(self, db: HermesDB, scope: Any, query: str, run: bool, build: bool) -> SemanticOutcome:
+    def _search(
+        self, db: HermesDB, scope: Any, query: str, run: bool, build: bool, started: float
+    ) -> SemanticOutcome:
         env, memory = self.env, self.memory
         embedding = env.settings.embedding
+        # The query may take a grace beyond the budget (a search answers within both); indexing
+        # inline stops at the budget itself.
+        indexing_ends = started + embedding.index_budget_seconds
+        query_ends = indexing_ends + QUERY_GRACE_SECONDS
         if not run:  # keyword mode reports the index's state: the model's identity is all it needs
             require_runtime(embedding, load=False)
             identity = model_identity(embedding, env.data_dir / _IDENTITY_FILE)
@@ -334,9 +378,14 @@ class Semantic:
                 status = self._status_without_work(db, store, fingerprint, framing, scope)
                 if not run or status != "ready":
                     return SemanticOutcome(status=status)  # nothing is sent: no query, no indexing
-                query_vector = embedder.embed_query(
-                    query, deadline=time.monotonic() + embedding.timeout_seconds
-                )
+                reason = memory.cooldown.active(fingerprint)
+                if reason:  # failed moments ago (this very call's first query, perhaps): not again
+                    return SemanticOutcome(status="unavailable", error=reason)
+                try:
+                    query_vector = embedder.embed_query(query, deadline=query_ends)
+                except EmbeddingUnavailable as error:
+                    memory.cooldown.start(fingerprint, str(error))
+                    raise
                 _check_width(store, fingerprint, query_vector)
                 matrix = memory.matrices.matrix(db, store, fingerprint, session_ids, scope_file_key(scope))
             return self._outcome(db, matrix, query_vector, status, framing)
@@ -348,14 +397,9 @@ class Semantic:
         # and fails before any indexing, and a model that changed width behind its name is caught
         # before a vector of it is stored; then inline indexing with what is left; the background
         # does the rest.
-        started = time.monotonic()
         try:
-            query_vector = embedder.embed_query(
-                query, deadline=started + embedding.index_budget_seconds + QUERY_GRACE_SECONDS
-            )
-            store, status, active_totals = self._bring_up_to_date(
-                db, scope, embedder, framing, started + embedding.index_budget_seconds
-            )
+            query_vector = embedder.embed_query(query, deadline=query_ends)
+            store, status, active_totals = self._bring_up_to_date(db, scope, embedder, framing, indexing_ends)
             with store:
                 _check_width(store, fingerprint, query_vector)
                 matrix = memory.matrices.matrix(

@@ -22,6 +22,8 @@ requests only): ``down`` (503), ``disconnect`` (connection closed without a resp
 ``hang`` (never answers), ``drip`` (a status line, then one byte every 2 s, never a whole
 response: the read timeout restarts per byte), ``retry_later`` (429 with ``Retry-After: 3600``),
 ``echo`` (401 whose body repeats the request's path, query and every header, as some gateways do).
+Two answer well-formed JSON that is wrong: ``wider`` (vectors twice as wide as before: the model
+behind the name changed) and ``duplicate_index`` (every item says ``index: 0``).
 """
 
 from __future__ import annotations
@@ -36,7 +38,19 @@ from typing import Any
 import numpy as np
 from loopback import LoopbackServer
 
-MODES = ("ok", "down", "disconnect", "rate_limited", "slow", "hang", "drip", "retry_later", "echo")
+MODES = (
+    "ok",
+    "down",
+    "disconnect",
+    "rate_limited",
+    "slow",
+    "hang",
+    "drip",
+    "retry_later",
+    "echo",
+    "wider",
+    "duplicate_index",
+)
 EmbedFn = Callable[[list[str], bool], Any]
 
 
@@ -278,6 +292,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             vectors = vectors[:, :dimensions]
             vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        if mode == "wider":
+            vectors = np.hstack([vectors, vectors]) / np.sqrt(2)
         data = []
         for index, vector in enumerate(vectors.astype("<f4")):
             encoded: Any = (
@@ -285,7 +301,8 @@ class _Handler(BaseHTTPRequestHandler):
                 if encoding == "base64"
                 else vector.tolist()
             )
-            data.append({"object": "embedding", "index": index, "embedding": encoded})
+            shown = 0 if mode == "duplicate_index" else index
+            data.append({"object": "embedding", "index": shown, "embedding": encoded})
         if owner.reverse_order:
             data.reverse()
         tokens = sum(len(t.split()) for t in texts)

@@ -320,6 +320,35 @@ def hiding_modules(folder: Path, names: Iterable[str]) -> Path:
     return folder
 
 
+_SLOWER = """\
+# Written by the budget tests: the first import of each package named waits this long first.
+import sys
+import time
+
+
+class _SlowImports:
+    def __init__(self, delays):
+        self.delays = dict(delays)
+
+    def find_spec(self, name, path=None, target=None):
+        seconds = self.delays.pop(name, None)
+        if seconds:
+            time.sleep(seconds)
+        return None  # the usual finders go on and find the real package
+
+
+sys.meta_path.insert(0, _SlowImports({delays!r}))
+"""
+
+
+def slowing_imports(folder: Path, delays: dict[str, float]) -> Path:
+    """A ``PYTHONPATH`` entry under which the first import of each package takes ``delays[name]``
+    seconds longer (a cold disk, a slow laptop), by the ``sitecustomize`` of :func:`hiding_modules`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(_SLOWER.format(delays=dict(delays)))
+    return folder
+
+
 def assert_hidden(home: Path, folder: Path, name: str) -> None:
     """The test's premise: with this folder on ``PYTHONPATH`` and Hermes loaded, ``name`` is absent."""
     probe = (

@@ -39,6 +39,30 @@ RETRYABLE_STATUS = frozenset({408, 409, 429})
 HOSTED_NEEDING_KEY = ("https://api.openai.com/v1", "https://api.voyageai.com/v1")
 
 
+#: What an HTTP status says went wrong, in the words of the setting to look at.
+_STATUS_FAULTS = {
+    400: "the endpoint rejected the request",
+    401: "the endpoint refused the API key (PROJECT_HISTORY_EMBEDDING_API_KEY)",
+    403: "the API key may not use this model or endpoint",
+    404: "no such model or path at the endpoint (embedding.model, embedding.base_url)",
+    408: "the endpoint timed out",
+    409: "the endpoint reported a conflict",
+    413: "the request was too large for the endpoint (embedding.batch_size)",
+    429: "rate limited by the endpoint",
+}
+
+
+def status_fault(status: int) -> str:
+    """``HTTP 401: the endpoint refused the API key (...)``: the code and what it means here."""
+    if status in _STATUS_FAULTS:
+        meaning = _STATUS_FAULTS[status]
+    elif status >= 500:
+        meaning = "the endpoint failed on its side"
+    else:
+        meaning = "the endpoint refused the request"
+    return f"HTTP {status}: {meaning}"
+
+
 class _NoAnswer(Exception):
     """An HTTP request that did not finish within its wall-clock bound."""
 
@@ -209,7 +233,7 @@ class OpenAICompatibleEmbedder(Counters):
             except openai.APIStatusError as exc:
                 self._account(time.perf_counter() - started, 0)
                 status = exc.status_code
-                failure = f"HTTP {status}: {shorten(exc.message)}"
+                failure = f"{status_fault(status)} ({shorten(exc.message)})"
                 if status not in RETRYABLE_STATUS and status < 500:
                     break
                 retry_after = _retry_after_seconds(getattr(exc.response, "headers", None))
