@@ -466,6 +466,7 @@ class _Search:
             ),
             "sessions_in_scope": self.scope.sessions_in_scope,
             "semantic_status": found.semantic.status,
+            **_coverage(found.semantic),
             **_completeness(self.scope),
         }
 
@@ -489,6 +490,14 @@ class _Search:
         if outcome.status == "consent_required" and question.mode != "keyword":
             result["semantic_consent"] = self.semantic.consent_request(self.scope.identity)
         return result
+
+
+def _coverage(outcome: SemanticOutcome) -> dict[str, Any]:
+    """How much of the scope an incomplete semantic index covers (semantic results come from it)."""
+    if outcome.coverage is None:
+        return {}
+    indexed, messages = outcome.coverage
+    return {"semantic_coverage": {"indexed_messages": indexed, "messages": messages}}
 
 
 def run_search(

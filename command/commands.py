@@ -218,8 +218,10 @@ def readable(result: dict[str, Any]) -> str:
     if consent:
         lines.append(f"Semantic search needs consent: {consent['on_yes_run']}")
     elif result.get("mode") != "keyword" and result.get("semantic_status") in ("partial", "indexing"):
+        covered = result.get("semantic_coverage") or {}
         lines.append(
-            "Semantic search skipped: this project's index is not complete (results above are "
-            "keyword matches). Build it with: hermes project-history index"
+            f"Semantic search covers {covered.get('indexed_messages', 0)} of "
+            f"{covered.get('messages', '?')} messages of this project so far (the most recent first). "
+            "Complete it with: hermes project-history index"
         )
     return "\n".join(lines)

@@ -21,6 +21,8 @@ requests only): ``down`` (503), ``disconnect`` (connection closed without a resp
 ``rate_limited`` (429 with ``Retry-After: 0``), ``slow`` (answers after ``slow_seconds``),
 ``hang`` (never answers), ``drip`` (a status line, then one byte every 2 s, never a whole
 response: the read timeout restarts per byte), ``retry_later`` (429 with ``Retry-After: 3600``).
+``delay`` (a function of a request's texts, in any mode) makes some requests answer late: an
+endpoint that copes with small batches only, or that chokes on one text.
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ class EmbeddingServer(LoopbackServer):
         self._embed, self.model_name = _backend(model)
         self.slow_seconds = slow_seconds
         self.default_type = default_type
+        #: Seconds to wait before answering a request with these texts (None: no wait).
+        self.delay: Callable[[list[str]], float] | None = None
         #: Answer ``data`` in reverse order (indices intact), to prove clients sort by ``index``.
         self.reverse_order = reverse_order
         self._lock = threading.Lock()
@@ -120,6 +124,7 @@ class EmbeddingServer(LoopbackServer):
         """Back to ``ok`` with every counter and log empty."""
         with self._lock:
             self._mode, self._mode_left = "ok", None
+            self.delay = None
             self.requests = self.texts = self.failures = 0
             self.inputs.clear()
             self.bodies.clear()
@@ -237,6 +242,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(429, "rate limit reached", "rate_limit_error", {"Retry-After": "0"})
             return
         if mode == "slow" and owner._stopping.wait(owner.slow_seconds):
+            return
+        late = owner.delay(texts) if owner.delay and isinstance(texts, list) else 0
+        if late and owner._stopping.wait(late):
             return
         if mode == "retry_later":
             self._error(429, "rate limit reached", "rate_limit_error", {"Retry-After": "3600"})
