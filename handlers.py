@@ -203,7 +203,7 @@ def project_session_move(process: ProcessState, args: dict[str, Any], **kwargs: 
 
 def session_ended(process: ProcessState, **kwargs: Any) -> None:
     """Hermes's ``on_session_finalize`` (a conversation ends: exit, ``/new``, a gateway session
-    expiring): embed what this conversation added, within ``index_budget_seconds``, so the first
+    expiring): embed what this conversation added (within 20 s), so the first
     search of another conversation finds it indexed. A conversation of a project without consent
     costs a config read. Never raises (Hermes swallows hook errors, but logs them as warnings).
     """

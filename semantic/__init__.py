@@ -80,6 +80,9 @@ CONCURRENT_SEARCHES = 4
 # A check that must read more than this many messages (the first pass over a large project, or
 # after the chunking settings changed) goes to the background: it takes seconds.
 INLINE_FIRST_CHECK_MESSAGES = 20_000
+#: Longest a process whose conversation ends spends embedding it (``on_session_finalize``): nobody
+#: waits on a turn then, and what is left goes to the next search's inline indexing or ``index``.
+SESSION_END_SECONDS = 20.0
 #: Time the query embedding may take beyond ``index_budget_seconds`` (a search answers within both).
 QUERY_GRACE_SECONDS = 0.5
 
@@ -526,10 +529,9 @@ class Semantic:
         return found
 
     def index_recent(self, identity: dict[str, Any], session_ids: Sequence[str]) -> tuple[int, bool]:
-        """Index these sessions (a conversation that just ended) within ``index_budget_seconds``;
+        """Index these sessions (a conversation that just ended) within :data:`SESSION_END_SECONDS`;
         what is left stays for the next search or ``index``."""
-        embedding = self.env.settings.embedding
-        deadline = time.monotonic() + embedding.index_budget_seconds
+        deadline = time.monotonic() + SESSION_END_SECONDS
         return index_scope(self.env, identity, session_ids, self.embedder(), deadline=deadline)
 
     def pacing(self) -> Pacing:
