@@ -51,10 +51,8 @@ class EmbeddingSettings:
     chunk_size: int = _key(512, "estimated tokens per indexed piece of a message")
     chunk_overlap: int = _key(64, "estimated tokens shared by neighbouring pieces")
     context_messages: int = _key(1, "preceding messages embedded with each piece")
-    embed_text: str = _key(
-        "all", "`prose`: leave code blocks, log lines, paths and blobs out of the index; `all`"
-    )
-    message_tokens: int = _key(0, "estimated tokens embedded per message, from its start; 0: all")
+    embed_text: str = _key("prose", "`prose`: code, logs, paths and blobs stay out of the index; `all`")
+    message_tokens: int = _key(128, "estimated tokens embedded per message, from its start; 0: all")
     top_k: int = _key(50, "semantic candidates considered per search")
     rrf_k: int = _key(5, "hybrid fusion constant")
     keyword_weight: float = _key(1.5, "weight of keyword matches in hybrid mode")
