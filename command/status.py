@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .common import CommandError, label
+from .common import CommandError, counted, label
 
 if TYPE_CHECKING:
     from .. import ProcessState
@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 @dataclass
 class ProjectStatus:
     identity: dict[str, Any]
-    sessions: int
+    conversations: int  # as the search counts them: a compressed conversation once
     messages: int
     indexed: int | None  # None: not known (semantic search off or not working)
     gate: str  # ok | disabled | consent_required
@@ -34,7 +34,11 @@ class ProjectStatus:
             return "ready"
         if self.indexed + self.skipped == self.messages:
             return f"complete except {self.skipped} skipped (the provider failed on them alone)"
-        return "indexing" if self.busy else "partial: run `hermes project-history index`"
+        if self.busy:
+            return "indexing"
+        from ..store import command_line
+
+        return f"partial: run {command_line('project-history', 'index')}"
 
 
 @dataclass
@@ -45,6 +49,7 @@ class Status:
     runtime_folder: str | None  # what setup installed, when there is any
     provider_problem: str | None  # why the provider cannot work, with what to run
     consent: dict[str, Any] | None
+    consent_problem: str | None = None  # why consent.json, which exists, is no consent
     has_sessions: bool = True
     projects: list[ProjectStatus] = field(default_factory=list)
     failure: str | None = None  # why semantic search is unavailable (the command then exits non-zero)
@@ -52,7 +57,7 @@ class Status:
 
 def gather(process: ProcessState) -> Status:
     from ..projects import ProjectMap
-    from ..semantic import Semantic, read_consent, runtime
+    from ..semantic import Semantic, consent_file_problem, read_consent, runtime
     from ..store import HermesDB, HermesEnv, NoSessionDatabase
 
     env = HermesEnv.current()
@@ -68,6 +73,7 @@ def gather(process: ProcessState) -> Status:
         runtime_folder=str(folder) if folder.is_dir() else None,
         provider_problem=f"{problem}; run {runtime.setup_hint(embedding.provider)}" if problem else None,
         consent=read_consent(env),
+        consent_problem=consent_file_problem(env),
     )
     try:
         db = HermesDB.open(env, process.schemas)
@@ -90,10 +96,10 @@ def gather(process: ProcessState) -> Status:
             status.projects.append(
                 ProjectStatus(
                     identity=group["identity"],
-                    sessions=len(group["session_ids"]),
+                    conversations=group["conversations"],
                     messages=len(db.live_message_ids(group["session_ids"])),
                     indexed=covered.indexed if covered else None,
-                    gate=semantic.gate(group["identity"]),
+                    gate=semantic.gate(group["identity"], group["folders"]),
                     skipped=covered.skipped if covered else 0,
                     busy=covered.busy if covered else False,
                 )
@@ -103,6 +109,7 @@ def gather(process: ProcessState) -> Status:
 
 def lines(status: Status) -> list[str]:
     from ..config_schema import API_KEY_ENV, endpoint_of
+    from ..text import without_controls
 
     embedding = status.embedding
     out = [
@@ -121,15 +128,22 @@ def lines(status: Status) -> list[str]:
     if status.provider_problem:
         out.append(f"  ! semantic search cannot work: {status.provider_problem}")
     consent = status.consent
-    if consent:
+    if status.consent_problem:
+        out.append(
+            f"Consent: {status.consent_problem} in consent.json, so it is no consent: semantic search "
+            "sends nothing until `allow`"
+        )
+    elif consent:
         projects = ", ".join(consent.get("projects") or []) or "none"
         if consent.get("disabled_at"):
             when = f"revoked {consent.get('disabled_at')} (given {consent.get('confirmed_at')})"
         else:
             when = f"given {consent.get('confirmed_at')}"
         out.append(
-            f"Consent {when}: {consent.get('provider')} "
-            f"{consent.get('model')} at {consent.get('endpoint')}; projects: {projects}"
+            without_controls(
+                f"Consent {when}: {consent.get('provider')} "
+                f"{consent.get('model')} at {consent.get('endpoint')}; projects: {projects}"
+            )
         )
     else:
         out.append("Consent: none recorded (semantic search sends nothing until `allow`)")
@@ -140,13 +154,11 @@ def lines(status: Status) -> list[str]:
     if not status.projects:
         out.append("  (no conversations belong to a project yet)")
     for project in status.projects:
-        covered = (
-            f"{project.messages} messages"
-            if project.indexed is None
-            else f"{project.indexed} of {project.messages} messages indexed"
-        )
+        messages = counted(project.messages, "message")
+        covered = messages if project.indexed is None else f"{project.indexed} of {messages} indexed"
         out.append(
-            f"  {label(project.identity)}: {project.sessions} sessions, {covered}; semantic: {project.state}"
+            f"  {label(project.identity)}: {counted(project.conversations, 'conversation')}, "
+            f"{covered}; semantic: {project.state}"
         )
     return out
 

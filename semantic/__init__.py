@@ -37,6 +37,7 @@ from .chunking import Framing, embeddable, embedded_text, message_chunks, vector
 from .consent import (
     ALL_PROJECTS,
     WHAT_IS_SENT,
+    consent_file_problem,
     consent_record,
     consent_request,
     destination,
@@ -49,13 +50,13 @@ from .consent import (
 )
 from .index_store import (
     INLINE_BUSY_SECONDS,
-    PURGE_HINT,
     IndexStore,
     IndexUnavailable,
     WidthMismatch,
     indexer_busy,
     indexer_lock,
     purge,
+    purge_hint,
     width_mismatch,
 )
 from .indexer import (
@@ -199,6 +200,13 @@ def describe_failure(error: BaseException, env: HermesEnv) -> str:
         isinstance(error, OSError) and error.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
     ):
         return f"cannot write {env.data_dir} (permission denied or read-only): fix its permissions"
+    if isinstance(error, sqlite3.OperationalError | OSError) and (
+        "disk is full" in str(error) or getattr(error, "errno", None) == errno.ENOSPC
+    ):
+        return (
+            f"no space left on the disk of {env.data_dir}: free some space; indexing then goes on "
+            "where it stopped (nothing stored is embedded again)"
+        )
     if isinstance(error, sqlite3.OperationalError):
         text = str(error)
         if "locked" in text or "busy" in text:
@@ -206,7 +214,7 @@ def describe_failure(error: BaseException, env: HermesEnv) -> str:
         if "readonly" in text or "read-only" in text or "unable to open" in text:
             return f"cannot write the semantic index {env.index_path} (read-only): fix its permissions"
     if isinstance(error, sqlite3.DatabaseError):
-        return f"the semantic index {env.index_path} is damaged ({error}); {PURGE_HINT}"
+        return f"the semantic index {env.index_path} is damaged ({error}); {purge_hint()}"
     return f"semantic search failed ({type(error).__name__}: {error}); details are in Hermes's agent.log"
 
 
@@ -237,14 +245,16 @@ class Semantic:
 
     # ----------------------------------------------------------------------- consent
 
-    def gate(self, identity: Mapping[str, Any]) -> str:
+    def gate(self, identity: Mapping[str, Any], folders: Sequence[str] | None = None) -> str:
         """``ok``, ``disabled`` or ``consent_required`` for this project now (config and consent
-        read afresh)."""
+        read afresh; ``folders``: the project's folders now, which its consent must cover)."""
         env = self.env
-        return semantic_gate(env.settings.embedding, read_consent(env), identity, env.profile)
+        return semantic_gate(env.settings.embedding, read_consent(env), identity, env.profile, folders)
 
-    def consent_request(self, identity: Mapping[str, Any]) -> dict[str, Any]:
-        return consent_request(self.env, identity)
+    def consent_request(
+        self, identity: Mapping[str, Any], folders: Sequence[str] | None = None
+    ) -> dict[str, Any]:
+        return consent_request(self.env, identity, folders)
 
     def describe(self, error: BaseException) -> str:
         return describe_failure(error, self.env)
@@ -261,11 +271,12 @@ class Semantic:
         remember_identity(embedding, embedder, env.data_dir / _IDENTITY_FILE)
         return embedder
 
-    def embed_test_text(self, text: str) -> Any:
-        """``setup``'s check: one text through the configured provider (raises
-        :class:`EmbeddingUnavailable`), and the model's identity remembered."""
+    def embed_test_text(self, text: str, embedding: Any = None) -> Any:
+        """``setup``'s check: one text through a provider (``embedding``: settings not written yet;
+        default the configured ones; raises :class:`EmbeddingUnavailable`), and the model's
+        identity remembered."""
         env = self.env
-        embedding = env.settings.embedding
+        embedding = embedding or env.settings.embedding
         embedder = self.memory.providers.embedder(embedding, env.api_key())
         vector = embedder.embed_documents([text])[0]
         remember_identity(embedding, embedder, env.data_dir / _IDENTITY_FILE)
@@ -281,7 +292,7 @@ class Semantic:
         from a read-only look at the index. ``build=False`` (a terminal's search, whose process is
         about to exit) searches a complete index only and starts no indexing.
         """
-        gate = self.gate(scope.identity)
+        gate = self.gate(scope.identity, scope.folders)
         if gate != "ok":
             return SemanticOutcome(status=gate)
         return self._guarded(db, scope, query, run, build)
@@ -298,7 +309,7 @@ class Semantic:
         whose history may not be embedded (no consent yet: most searches of a new user) gets its
         answer here, without a worker or a connection. Never raises.
         """
-        gate = self.gate(scope.identity)
+        gate = self.gate(scope.identity, scope.folders)
         if gate != "ok":
             answered: Future[SemanticOutcome] = Future()
             answered.set_result(SemanticOutcome(status=gate))
@@ -412,7 +423,7 @@ class Semantic:
         if store.outdated:
             # Migrating converts every stored vector (seconds on a large index): never on a search's
             # path. The background indexer migrates, then checks; meanwhile keyword results stand.
-            memory.background.start(env, scope.identity, session_ids, embedder)
+            memory.background.start(env, scope.identity, session_ids, embedder, scope.folders)
             return store, "indexing", None
         key = vectors_key(fingerprint, framing)
         active_totals = memory.complete.get(store, key, scope)
@@ -444,7 +455,7 @@ class Semantic:
                             embedding,
                             embedder,
                             deadline,
-                            should_continue=gate_check(scope.identity),
+                            should_continue=gate_check(scope.identity, scope.folders),
                             plan=plan,
                         )
                     except EmbeddingUnavailable:
@@ -457,7 +468,7 @@ class Semantic:
         if complete:
             memory.complete.put(store, key, scope, plan.active_totals)
             return store, "ready", plan.active_totals
-        memory.background.start(env, scope.identity, session_ids, embedder)
+        memory.background.start(env, scope.identity, session_ids, embedder, scope.folders)
         return store, "indexing", plan.active_totals
 
     def _status_without_work(
@@ -528,11 +539,15 @@ class Semantic:
                 )
         return found
 
-    def index_recent(self, identity: dict[str, Any], session_ids: Sequence[str]) -> tuple[int, bool]:
+    def index_recent(
+        self, identity: dict[str, Any], session_ids: Sequence[str], folders: Sequence[str] | None = None
+    ) -> tuple[int, bool]:
         """Index these sessions (a conversation that just ended) within :data:`SESSION_END_SECONDS`;
         what is left stays for the next search or ``index``."""
         deadline = time.monotonic() + SESSION_END_SECONDS
-        return index_scope(self.env, identity, session_ids, self.embedder(), deadline=deadline)
+        return index_scope(
+            self.env, identity, session_ids, self.embedder(), deadline=deadline, folders=folders
+        )
 
     def pacing(self) -> Pacing:
         """How requests to the configured provider are paced; one per ``index`` run, across projects."""
@@ -546,11 +561,19 @@ class Semantic:
         progress: Callable[[int, int], None] | None = None,
         lock_wait: float | None = None,
         pacing: Pacing | None = None,
+        folders: Sequence[str] | None = None,
     ) -> tuple[int, bool]:
         """Build this project's index now (``index``): (chunks written, complete)."""
         kwargs: dict[str, Any] = {} if lock_wait is None else {"lock_wait": lock_wait}
         return index_scope(
-            self.env, identity, session_ids, embedder, progress=progress, pacing=pacing, **kwargs
+            self.env,
+            identity,
+            session_ids,
+            embedder,
+            progress=progress,
+            pacing=pacing,
+            folders=folders,
+            **kwargs,
         )
 
 
@@ -600,6 +623,7 @@ __all__ = [
     "Semantic",
     "SemanticMemory",
     "SemanticOutcome",
+    "consent_file_problem",
     "consent_record",
     "describe_failure",
     "destination",

@@ -14,7 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..text import CJK_CHARS
+from ..text import CJK_CHARS, redact_secrets
+
+#: Bumped when text.redact changes what it replaces (remote providers then re-check every message).
+REDACTION_VERSION = 1
 
 _CJK_CHAR = re.compile(f"[{CJK_CHARS}]")
 # A unit is one CJK character, or a run of other non-space characters with its trailing space.
@@ -118,8 +121,11 @@ def head(text: str, budget_tokens: int) -> str:
 
 
 def embeddable(text: str, framing: Any) -> str:
-    """What of a message is embedded at all: everything, or its prose (``embed_text``)."""
-    return prose(text) if Framing.of(framing).embed_text == "prose" else text.strip()
+    """What of a message is embedded at all: the message as :meth:`Framing.message` gives it
+    (redacted whole for a remote model), all of it or its prose (``embed_text``)."""
+    framing = Framing.of(framing)
+    text = framing.message(text)
+    return prose(text) if framing.embed_text == "prose" else text.strip()
 
 
 def message_chunks(text: str, framing: Any) -> list[tuple[str, int | None]]:
@@ -182,6 +188,11 @@ class Framing:
     so chunks are cut to :data:`MODEL_TOKEN_SHARE` of it (estimated tokens: code runs about 1.4
     word-pieces per estimated token, so a chunk this size still fits) and a chunk's context only
     takes what is left of that budget. Remote models keep the configured sizes.
+
+    For a model that is not in-process (``openai``, ``voyage``), every message is redacted whole
+    (:func:`text.redact_secrets`) before it is cut or frames another chunk (``redact``): a key
+    spanning two chunks is still one span, and no message reaches the provider as context unredacted.
+    The in-process model reads messages as they are: nothing leaves the machine.
     """
 
     chunk_size: int
@@ -191,6 +202,7 @@ class Framing:
     input_tokens: int = 0  # context + chunk budget in estimated tokens; 0: no model limit known
     embed_text: str = "all"  # "all" or "prose" (:func:`prose`)
     message_tokens: int = 0  # estimated tokens embedded per message, from its start; 0: all
+    redact: bool = False  # messages are redacted before they are cut (a remote provider)
 
     @classmethod
     def of(cls, embedding: Any, embedder: Any = None) -> Framing:
@@ -210,6 +222,7 @@ class Framing:
             input_tokens=budget,
             embed_text=getattr(embedding, "embed_text", "all"),
             message_tokens=getattr(embedding, "message_tokens", 0),
+            redact=embedding.provider != "local",
         )
 
     @property
@@ -220,7 +233,13 @@ class Framing:
             base += f"/{self.context_tokens}"
         base += f"|input={self.input_tokens}" if self.input_tokens else ""
         base += f"|text={self.embed_text}" if self.embed_text != "all" else ""
-        return base + (f"|cap={self.message_tokens}" if self.message_tokens else "")
+        base += f"|cap={self.message_tokens}" if self.message_tokens else ""
+        # A change of the redaction rules changes what is sent: the next check reads every message.
+        return base + (f"|redact={REDACTION_VERSION}" if self.redact else "")
+
+    def message(self, text: str) -> str:
+        """A message's text as it is cut into chunks: redacted whole for a remote model."""
+        return redact_secrets(text) if self.redact else text
 
 
 #: Share of a local model's token limit (word-pieces) a chunk and its context may take, in the

@@ -333,13 +333,14 @@ def build_index(
     return written, pending.complete
 
 
-def gate_check(identity: dict[str, Any]) -> Callable[[], bool]:
+def gate_check(identity: dict[str, Any], folders: Sequence[str] | None = None) -> Callable[[], bool]:
     """A ``should_continue`` that reads config.yaml and consent.json afresh before every batch."""
     from .consent import read_consent, semantic_gate
 
     def allowed() -> bool:
         env = HermesEnv.current()
-        return semantic_gate(env.settings.embedding, read_consent(env), identity, env.profile) == "ok"
+        consent = read_consent(env)
+        return semantic_gate(env.settings.embedding, consent, identity, env.profile, folders) == "ok"
 
     return allowed
 
@@ -353,8 +354,10 @@ def index_scope(
     progress: Callable[[int, int], None] | None = None,
     lock_wait: float = LOCK_RETRY_SECONDS,
     pacing: Pacing | None = None,
+    folders: Sequence[str] | None = None,
 ) -> tuple[int, bool]:
-    """Take the lock, open both databases, build. ``(0, False)`` when another indexer keeps the lock."""
+    """Take the lock, open both databases, build. ``(0, False)`` when another indexer keeps the lock.
+    Every batch asks the consent gate first (``folders``: the project's folders when it started)."""
     with indexer_lock(env.data_dir, lock_wait) as taken:
         if not taken:
             return 0, False
@@ -370,7 +373,7 @@ def index_scope(
                 embedder,
                 deadline,
                 progress,
-                should_continue=gate_check(identity),
+                should_continue=gate_check(identity, folders),
                 pacing=pacing,
             )
             if complete:
@@ -431,7 +434,12 @@ class BackgroundIndexer:
             return bool(thread and thread.is_alive())
 
     def start(
-        self, env: HermesEnv, identity: dict[str, Any], session_ids: Sequence[str], embedder: Any
+        self,
+        env: HermesEnv,
+        identity: dict[str, Any],
+        session_ids: Sequence[str],
+        embedder: Any,
+        folders: Sequence[str] | None = None,
     ) -> None:
         """Finish the index off the agent's path; a failure leaves ``partial`` for the next search."""
         key = self._key(env, embedder.fingerprint, session_ids)
@@ -439,7 +447,7 @@ class BackgroundIndexer:
 
         def work() -> None:
             try:
-                index_scope(HermesEnv.current(), identity, ids, embedder)
+                index_scope(HermesEnv.current(), identity, ids, embedder, folders=folders)
             except Exception:  # the next search reports partial/unavailable with the reason
                 logger.warning("background indexing stopped", exc_info=True)
 

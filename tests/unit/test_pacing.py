@@ -177,7 +177,7 @@ def test_head_keeps_the_start_of_a_message_within_the_budget(chunking, budget, w
 def test_message_chunks_apply_the_filter_then_the_cap_then_the_windows(chunking):
     class Settings:
         chunk_size, chunk_overlap, context_messages = 32, 4, 1
-        embed_text, message_tokens = "prose", 40
+        embed_text, message_tokens, provider = "prose", 40, "local"
 
     framing = chunking.Framing.of(Settings)
     text = "\n".join([PROSE] * 20 + [CODE])
