@@ -236,6 +236,7 @@ def index(process: ProcessState, args: argparse.Namespace) -> int:
 
     total_written, started = 0, time.monotonic()
     with IndexProgress() as progress:
+        pacing = semantic.pacing()  # what one project taught about the endpoint serves the next
         for group in chosen:
             counting = progress.track(label(group["identity"]), embedder)
             try:
@@ -246,6 +247,7 @@ def index(process: ProcessState, args: argparse.Namespace) -> int:
                     progress=counting.report,
                     lock_wait=INDEX_WAIT_SECONDS,
                     folders=group["folders"],
+                    pacing=pacing,
                 )
             except EmbeddingUnavailable as error:
                 raise CommandError(f"embedding provider unavailable: {error}") from None

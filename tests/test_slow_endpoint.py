@@ -116,7 +116,7 @@ def test_a_text_that_fails_alone_is_skipped_recorded_shown_and_not_sent_again(ho
 
     server.reset()
     again = cli(home, "index")
-    assert again.returncode == 0 and "0 chunks embedded" in again.stdout, again.stdout + again.stderr
+    assert again.returncode == 0 and "nothing to embed" in again.stdout, again.stdout + again.stderr
     assert server.requests == 0
 
 
