@@ -1092,9 +1092,9 @@ def side_by_side(new: dict, old: dict) -> list[tuple[str, float, float]]:
         add(f"hybrid {p}: RSS growth, model loaded first MiB", h, g, "model_first", "rss_growth_mib")
         add(f"  reference: bare numpy warm p50 ms ({p})", h, g, "bare_numpy_warm_p50_ms")
     if "index" in new and "index" in old:
-        for label in ("largest", "all"):
-            add(f"index check, {label} projects: first ms", new, old, "index", f"{label}_first_ms")
-            add(f"index check, {label} projects: later p50 ms", new, old, "index", f"{label}_later_p50_ms")
+        for key, label in (("largest", "the largest project"), ("all", "every project")):
+            add(f"index check, {label}: first ms", new, old, "index", f"{key}_first_ms")
+            add(f"index check, {label}: later p50 ms", new, old, "index", f"{key}_later_p50_ms")
     for key in ("local", "local_locomo"):
         if key in new and key in old:
             corpus = new[key]["corpus"]

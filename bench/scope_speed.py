@@ -41,6 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import layout
 import world
 
 BENCH_VERSION = 2
@@ -125,22 +126,21 @@ def p50_ms(samples: list[float]) -> float:
     return 1000 * statistics.median(samples)
 
 
-def _resolve(session_id: str) -> tuple[float, int]:
+def _resolve(plugin, session_id: str) -> tuple[float, int]:
     """One resolve_scope through the plugin's own objects: (seconds, sessions in scope)."""
-    hermes_db, hermes_env, scope_module = (world.module(n) for n in ("hermes_db", "hermes_env", "scope"))
     started = time.perf_counter()
-    env = hermes_env.HermesEnv.current()
-    with hermes_db.HermesDB.open(env) as db:
-        scope = scope_module.ProjectMap(db).resolve_scope(session_id)
+    env = layout.env(plugin)
+    with layout.open_db(plugin, env) as db:
+        scope = layout.project_map(plugin, db).resolve_scope(session_id)
     return time.perf_counter() - started, scope.sessions_in_scope
 
 
 def first_call(manifest: dict) -> None:
     """Child mode: the first resolve_scope of a new process, printed as JSON."""
-    world.activate(Path(manifest["home"]))
+    plugin = world.activate(Path(manifest["home"]))
     out = {}
     for key in ("fresh_explicit", "fresh_repo"):
-        seconds, count = _resolve(manifest[key])
+        seconds, count = _resolve(plugin, manifest[key])
         out[key] = {"ms": 1000 * seconds, "in_scope": count}
     print(json.dumps(out))
 
@@ -172,28 +172,28 @@ def main() -> None:
     print(f"home: {home} ({manifest['sessions']} sessions + a chain; built in {built:.0f} s)")
 
     # First calls, each in a new process: without and with the plugin's persisted git answers.
-    world.harness.install_plugin(home)
+    world.install(home)
     data_dir = home / "plugins" / world.PLUGIN_KEY
     for persisted in sorted(data_dir.glob("git_roots.db*")):
         persisted.unlink()
     cold = run_child(manifest_file)
     kept = run_child(manifest_file)
 
-    world.activate(home)
+    plugin = world.activate(home)
     import model_tools
     from hermes_state import SessionDB
 
     rows = []
     for key in ("fresh_explicit", "fresh_repo"):
-        _resolve(manifest[key])
-        warm = [_resolve(manifest[key])[0] for _ in range(args.rounds)]
+        _resolve(plugin, manifest[key])
+        warm = [_resolve(plugin, manifest[key])[0] for _ in range(args.rounds)]
         rows.append((key, cold[key], kept[key], p50_ms(warm)))
 
     hermes = SessionDB(db_path=home / "state.db")
     writes = []
     for n in range(min(args.rounds, 10)):
         hermes.append_message(manifest["writer"], "user", f"write {n} between two searches")
-        writes.append(_resolve(manifest["fresh_explicit"])[0])
+        writes.append(_resolve(plugin, manifest["fresh_explicit"])[0])
 
     print()
     print("resolve_scope ms      | first, new process | first, persisted git answers | warm p50 | in scope")

@@ -122,6 +122,8 @@ def install(home: Path, source: Path | None = None) -> Path:
     if source is None:
         harness.install_plugin(home)
         source = REPO
+    elif not (source / "plugin.yaml").is_file():  # what follows copies ``source`` and prunes by it
+        raise SystemExit(f"not a plugin folder (no plugin.yaml): {source}")
     else:
         shutil.copytree(
             source, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("tests", "bench", "__pycache__")

@@ -24,7 +24,7 @@ ROOT = Path(tempfile.mkdtemp(prefix="project-history-demo-"))
 HOME = ROOT / "hermes-home"
 HOME.mkdir()
 
-from harness import World, enable_plugin, run_hermes  # noqa: E402
+from harness import VENV_BIN, World, enable_plugin, run_hermes  # noqa: E402
 from models import minilm_model_dir  # noqa: E402
 
 os.environ["HERMES_HOME"] = str(HOME)  # before Hermes is imported: it freezes some paths
@@ -40,7 +40,8 @@ def show(data: dict) -> None:
 
 
 def hermes(*args: str, cwd: Path | None = None) -> str:
-    """Run the real CLI and print it as a command that works when pasted (after the export below)."""
+    """Run the real CLI and print it as a command that works when pasted (after the export the
+    demo prints at the end)."""
     done = run_hermes(HOME, *args, cwd=cwd)
     output = (done.stdout + done.stderr).strip()
     command = shlex.join(["hermes", *args])
@@ -116,8 +117,9 @@ def main() -> None:
     hermes("project-history", "index", cwd=Path(shop))
     hermes("project-history", "search", "login", "timeout", "--mode", "hybrid", cwd=Path(shop))
     world.close()
-    print("\nDone. The demo's Hermes home is kept so the commands above work when pasted:")
-    print(f"   export HERMES_HOME={shlex.quote(str(HOME))}")
+    print("\nDone. The demo's Hermes home is kept so the commands above work when pasted after this")
+    print("(it points Hermes at that home and puts this virtualenv's `hermes` on PATH):")
+    print(f'   export HERMES_HOME={shlex.quote(str(HOME))} PATH={shlex.quote(str(VENV_BIN))}:"$PATH"')
     print(f"Remove it afterwards with: rm -rf {shlex.quote(str(ROOT))}")
 
 
