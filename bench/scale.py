@@ -1109,9 +1109,13 @@ def print_side_by_side(baseline: str, rows: list[tuple[str, float, float]]) -> N
     print(f"\n## this checkout / revision {baseline}\n")
     print(f"| figure | this checkout | {baseline} | ratio |")
     print("|---|---:|---:|---:|")
+
+    def cell(value: float) -> str:
+        return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.3f}"
+
     for label, a, b in rows:
         ratio = f"{a / b:.2f}" if b else "-"
-        print(f"| {label} | {a:,.1f} | {b:,.1f} | {ratio} |")
+        print(f"| {label} | {cell(a)} | {cell(b)} | {ratio} |")
 
 
 HYBRID_HEADER = (
