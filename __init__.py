@@ -91,6 +91,10 @@ def _move_tool(args: Any, **kwargs: Any) -> str:
     return handlers.project_session_move(process_state(), args, **kwargs)
 
 
+def _session_ended(**kwargs: Any) -> None:
+    handlers.session_ended(process_state(), **kwargs)
+
+
 def _command(args: Any) -> int:
     from . import command
 
@@ -120,6 +124,8 @@ def register(ctx) -> None:
         check_fn=handlers.check_available,
         emoji="📦",
     )
+    # A conversation that ends is indexed then, not inside another conversation's turn.
+    ctx.register_hook("on_session_finalize", _session_ended)
     ctx.register_cli_command(
         "project-history",
         help="Project history recall: status, consent, indexing and search",

@@ -51,6 +51,8 @@ class EmbeddingSettings:
     chunk_size: int = _key(512, "estimated tokens per indexed piece of a message")
     chunk_overlap: int = _key(64, "estimated tokens shared by neighbouring pieces")
     context_messages: int = _key(1, "preceding messages embedded with each piece")
+    embed_text: str = _key("prose", "`prose`: code, logs, paths and blobs stay out of the index; `all`")
+    message_tokens: int = _key(128, "estimated tokens embedded per message, from its start; 0: all")
     top_k: int = _key(50, "semantic candidates considered per search")
     rrf_k: int = _key(5, "hybrid fusion constant")
     keyword_weight: float = _key(1.5, "weight of keyword matches in hybrid mode")
@@ -93,6 +95,8 @@ _RULES: dict[str, tuple[type, Any, str]] = {
     "chunk_overlap": (int, lambda v: 0 <= v <= 4096, "an integer from 0 to 4096 (tokens)"),
     "context_messages": (int, lambda v: 0 <= v <= 5, "an integer from 0 to 5"),
     "top_k": (int, lambda v: 1 <= v <= 1000, "an integer from 1 to 1000"),
+    "embed_text": (str, lambda v: v in ("all", "prose"), "all or prose"),
+    "message_tokens": (int, lambda v: v == 0 or 16 <= v <= 65536, "0 or an integer from 16 (tokens)"),
     "enabled": (bool, lambda v: True, "true or false"),
     "rrf_k": (int, lambda v: 0 <= v <= 1000, "an integer from 0 to 1000"),
     "keyword_weight": (float, lambda v: 0 <= v <= 100, "a number from 0 to 100"),

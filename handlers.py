@@ -213,3 +213,34 @@ def project_session_move(process: ProcessState, args: dict[str, Any], **kwargs: 
     except Exception as error:
         logger.exception("project_session_move failed")
         return _error(f"moving the session failed: {type(error).__name__}", code="internal")
+
+
+def session_ended(process: ProcessState, **kwargs: Any) -> None:
+    """Hermes's ``on_session_finalize`` (a conversation ends: exit, ``/new``, a gateway session
+    expiring): embed what this conversation added (within 20 s), so the first
+    search of another conversation finds it indexed. A conversation of a project without consent
+    costs a config read. Never raises (Hermes swallows hook errors, but logs them as warnings).
+    """
+    from .projects import ProjectMap
+    from .semantic import Semantic
+    from .store import HermesDB, HermesEnv
+
+    session_id = str(kwargs.get("session_id") or "").strip()
+    try:
+        env = HermesEnv.current()
+        if not session_id or not env.settings.embedding.enabled:
+            return
+        with HermesDB.open(env, process.schemas) as db:
+            row = db.session(session_id)
+            if row is None:
+                return
+            projects = ProjectMap(db, process.projects)
+            identity = projects.identity(row)
+            chain = projects.conversation(session_id)
+            folders = projects.folders_of(identity)
+        semantic = Semantic(env, process.semantic, process.schemas)
+        if identity.get("kind") == "home" or semantic.gate(identity, folders) != "ok":
+            return
+        semantic.index_recent(identity, chain, folders)
+    except Exception:
+        logger.info("the ended conversation %s was not indexed; a search will", session_id, exc_info=True)

@@ -480,6 +480,7 @@ class _Search:
             ),
             "sessions_in_scope": self.scope.sessions_in_scope,
             "semantic_status": found.semantic.status,
+            **_coverage(found.semantic),
             **_completeness(self.scope),
         }
 
@@ -505,6 +506,14 @@ class _Search:
                 self.scope.identity, self.scope.folders
             )
         return result
+
+
+def _coverage(outcome: SemanticOutcome) -> dict[str, Any]:
+    """How much of the scope an incomplete semantic index covers (semantic results come from it)."""
+    if outcome.coverage is None:
+        return {}
+    indexed, messages = outcome.coverage
+    return {"semantic_coverage": {"indexed_messages": indexed, "messages": messages}}
 
 
 def run_search(

@@ -35,6 +35,9 @@ reference measured in the same run:
   sorting, batches, tokenizer, ONNX, pooling, float16 writes) vs a bare ``onnxruntime`` session
   with its default options on the same texts in the same batches.
 * bytes per vector in embeddings.db and in the matrix files.
+* ``zipf``: the plugin's keyword mode vs ``search_messages`` on a second home (``zipf/home``):
+  100k messages of words drawn from a Zipf vocabulary (20k words, exponent 1.1), one project
+  holding 60 % of them, 19 sharing the rest; 40 queries of 1-2 words drawn the same way.
 
 ``--baseline REV`` extracts that revision of the plugin (``git archive``) and measures it on a
 copy of the same state.db with an index written by its own code (``--plugin-dir`` takes a folder),
@@ -469,6 +472,114 @@ class Timers:
         return out
 
 
+# --------------------------------------------------------------------------- the Zipf home
+
+ZIPF_VOCABULARY = 20_000
+ZIPF_EXPONENT = 1.1
+ZIPF_MESSAGES = 100_000
+ZIPF_QUERIES = 40
+
+
+class Zipf:
+    """Words of a made-up vocabulary drawn with Zipf frequencies (rank r has weight 1/r^1.1)."""
+
+    def __init__(self, rng: random.Random) -> None:
+        import itertools
+
+        self.rng = rng
+        self.words = sorted({"".join(rng.choices(SYLLABLES, k=rng.randint(2, 4))) for _ in range(40_000)})
+        rng.shuffle(self.words)
+        self.words = self.words[:ZIPF_VOCABULARY]
+        weights = [1 / (rank + 1) ** ZIPF_EXPONENT for rank in range(len(self.words))]
+        self.cumulative = list(itertools.accumulate(weights))
+
+    def draw(self, count: int) -> list[str]:
+        return self.rng.choices(self.words, cum_weights=self.cumulative, k=count)
+
+
+def zipf_root() -> Path:
+    return ROOT / "zipf"
+
+
+def ensure_zipf(seed: int) -> dict:
+    """100k messages, one project of 60 %; built once (state.db through SessionDB, messages bulk)."""
+    root = zipf_root()
+    manifest_path = root / "world.json"
+    if manifest_path.exists():
+        return json.loads(manifest_path.read_text())
+    if root.exists():
+        shutil.rmtree(root)
+    home = root / "home"
+    home.mkdir(parents=True)
+    world.activate_env(home)
+    w = world.harness.World(home, root / "work")
+    rng = random.Random(seed)
+    zipf = Zipf(rng)
+    total = int(ZIPF_MESSAGES * SCALE)
+    sizes = [int(total * 0.6), *[int(total * 0.4 / 19)] * 19]
+    plan: list[tuple[str, int]] = []
+    projects = []
+    for p, size in enumerate(sizes):
+        folder = w.folder(f"z{p:02d}")
+        w.project(f"Zipf {p:02d}", folder)
+        sessions = max(2, size // 60)
+        for _ in range(sessions):
+            sid = world.harness.new_session_id()
+            w.db.create_session(sid, "cli", cwd=folder)
+            plan.append((sid, size // sessions))
+        fresh = world.harness.new_session_id()
+        w.db.create_session(fresh, "cli", cwd=folder)
+        projects.append({"name": f"z{p:02d}", "messages": size, "fresh": fresh})
+    w.close()
+    conn = sqlite3.connect(home / "state.db")
+    stamp, rows = time.time() - 86400 * 200, []
+    for index, (sid, n) in enumerate(plan):
+        for i in range(n):
+            text = " ".join(zipf.draw(rng.randint(8, 40)))
+            rows.append((sid, "user" if i % 2 == 0 else "assistant", text, stamp, 1))
+            stamp += 1.0
+        if len(rows) > 20_000 or index == len(plan) - 1:
+            with conn:
+                conn.executemany(
+                    "INSERT INTO messages (session_id, role, content, timestamp, active) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    rows,
+                )
+            rows = []
+    conn.close()
+    queries = [" ".join(zipf.draw(rng.choice((1, 2)))) for _ in range(ZIPF_QUERIES)]
+    world.harness.enable_plugin(home)
+    manifest = {"projects": projects, "queries": queries, "messages": sum(n for _, n in plan)}
+    manifest_path.write_text(json.dumps(manifest))
+    return manifest
+
+
+def measure_zipf(source: Path | None, repeats: int) -> dict:
+    """Keyword mode in the 60 % project vs Hermes's search_messages over the whole home."""
+    manifest = json.loads((zipf_root() / "world.json").read_text())
+    plugin = activate(zipf_root() / "home", source)
+    env = layout.env(plugin)
+    from hermes_state import SessionDB
+
+    big = manifest["projects"][0]
+    layout.run_search(plugin, "warm up", "keyword", 10, big["fresh"])
+    layout.run_search(plugin, "warm up again", "keyword", 10, big["fresh"])
+    hermes = SessionDB(db_path=env.state_db)
+    hermes.search_messages("warm", limit=10)
+    ours, theirs = [], []
+    for _ in range(repeats):
+        for query in manifest["queries"]:
+            t0 = time.perf_counter()
+            result = layout.run_search(plugin, query, "keyword", 10, big["fresh"])
+            ours.append(time.perf_counter() - t0)
+            assert result["success"], result
+            t0 = time.perf_counter()
+            hermes.search_messages(query, limit=10)
+            theirs.append(time.perf_counter() - t0)
+    hermes.close()
+    return {"plugin_keyword_p50_ms": p50(ours), "search_messages_p50_ms": p50(theirs)}
+
+
 def project_by_name(manifest: dict, name: str) -> dict:
     return next(p for p in manifest["projects"] if p["name"] == name)
 
@@ -855,6 +966,8 @@ def baseline_source(rev: str) -> Path:
 
 
 def run_child(args: argparse.Namespace) -> dict:
+    if args.child == "zipf":
+        return measure_zipf(Path(args.plugin_dir) if args.plugin_dir else None, args.repeats)
     manifest = json.loads((ROOT / "world.json").read_text())
     source = Path(args.plugin_dir) if args.plugin_dir else None
     if args.child == "build-index":
@@ -898,8 +1011,10 @@ def measure_variants(
     """Every measurement of every variant, one kind after another and the variants in turn within
     each (a project's hybrid runs of this checkout, then the baseline's), so a change of load on
     the shared machine falls on both sides of a ratio alike."""
+    on_scale_home = bool(only - {"zipf"})  # the Zipf home alone needs neither the 300k home nor its index
     reports = {
-        name: {"index_build": ensure_variant(manifest, name, source, args.seed)} for name, source in variants
+        name: {"index_build": ensure_variant(manifest, name, source, args.seed)} if on_scale_home else {}
+        for name, source in variants
     }
 
     def base(name: str, source: Path | None) -> list[str]:
@@ -927,6 +1042,11 @@ def measure_variants(
                 cold["bare_cold"] = child(["--child", "bare-cold", "--project", cold["bare_file"]])
                 cold["model_first"] = child([*hybrid, "--model-first"])
                 reports[name]["hybrid"].append(cold)
+    if "zipf" in only:
+        ensure_zipf(args.seed)
+        for name, source in variants:
+            page_cache(zipf_root() / "home", keep=True)
+            reports[name]["zipf"] = child(["--child", "zipf", *base(name, source)])
     if "index" in only:
         for name, source in variants:
             reports[name]["index"] = child(["--child", "index", *base(name, source)])
@@ -937,7 +1057,8 @@ def measure_variants(
                 local += ["--rounds", str(args.rounds), "--local-corpus", corpus]
                 reports[name][key] = child(local)
     for name, _ in variants:
-        reports[name]["bytes"] = measure_bytes(name)
+        if on_scale_home:
+            reports[name]["bytes"] = measure_bytes(name)
     return reports
 
 
@@ -1027,6 +1148,13 @@ def print_report(name: str, report: dict) -> None:
                     f"  {query!r}: plugin {mine:.1f} ms, search_messages {hermes:.1f} ms ({ratios[-1]:.2f}x)"
                 )
             print(f"  median of the per-query ratios: {statistics.median(ratios):.2f}x")
+    if "zipf" in report:
+        z = report["zipf"]
+        ours, theirs = z["plugin_keyword_p50_ms"], z["search_messages_p50_ms"]
+        print(
+            f"keyword, Zipf home (60k of 100k messages, 1-2 words, p50): plugin {ours:.1f} ms, "
+            f"search_messages {theirs:.1f} ms (ratio {ours / theirs:.2f})"
+        )
     if "hybrid" in report:
         print("\n" + HYBRID_HEADER)
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -1091,7 +1219,9 @@ def print_report(name: str, report: dict) -> None:
             f"  per CPU-second: {loc['plugin_texts_per_cpu_s']:.1f} / {loc['bare_ort_texts_per_cpu_s']:.1f} "
             f"/ {tuned_cpu:.1f}"
         )
-    b = report["bytes"]
+    b = report.get("bytes")
+    if not b:
+        return
     print(
         f"\nbytes per vector: blob {b['vector_blob_bytes']:.0f}, embeddings.db "
         f"{b['embeddings_db_bytes_per_chunk']:.0f} per chunk ({b['chunks']:,} chunks), matrix files "
@@ -1113,7 +1243,7 @@ def main() -> None:
         "--scale", type=float, default=1.0, help="a smaller home of the same shape (quick look)"
     )
     parser.add_argument("--rebuild", action="store_true")
-    parser.add_argument("--only", default="keyword,hybrid,index,local")
+    parser.add_argument("--only", default="keyword,zipf,hybrid,index,local")
     parser.add_argument(
         "--projects", default="p00,p01,p10", help="hybrid: which projects (p00 is the 100k one)"
     )
@@ -1136,15 +1266,17 @@ def main() -> None:
         return
 
     started = time.perf_counter()
-    manifest = ensure_home(args.seed, args.rebuild)
-    t = manifest["timings"]
-    print(
-        f"scale home: {len(manifest['projects'])} projects, {manifest['sessions']:,} sessions, "
-        f"{manifest['messages']:,} messages ({manifest['user_assistant']:,} user/assistant), "
-        f"{len(manifest['archived'])} archived, {len(manifest['rewound'])} rewound; built in "
-        f"{t.get('state_total_s', 0):.0f} s (bulk messages {t['bulk_messages_s']:.0f} s), cached in {ROOT}"
-    )
     only = set(args.only.split(","))
+    manifest = ensure_home(args.seed, args.rebuild) if only - {"zipf"} else {}
+    if manifest:
+        t = manifest["timings"]
+        print(
+            f"scale home: {len(manifest['projects'])} projects, {manifest['sessions']:,} sessions, "
+            f"{manifest['messages']:,} messages ({manifest['user_assistant']:,} user/assistant), "
+            f"{len(manifest['archived'])} archived, {len(manifest['rewound'])} rewound; built in "
+            f"{t.get('state_total_s', 0):.0f} s (bulk messages {t['bulk_messages_s']:.0f} s), "
+            f"cached in {ROOT}"
+        )
     report: dict = {"cpus": os.cpu_count(), "load_average_start": os.getloadavg()}
     variants: list[tuple[str, Path | None]] = [] if args.skip_new else [("new", None)]
     if args.baseline:

@@ -236,6 +236,7 @@ def index(process: ProcessState, args: argparse.Namespace) -> int:
 
     total_written, started = 0, time.monotonic()
     with IndexProgress() as progress:
+        pacing = semantic.pacing()  # what one project taught about the endpoint serves the next
         for group in chosen:
             counting = progress.track(label(group["identity"]), embedder)
             try:
@@ -246,6 +247,7 @@ def index(process: ProcessState, args: argparse.Namespace) -> int:
                     progress=counting.report,
                     lock_wait=INDEX_WAIT_SECONDS,
                     folders=group["folders"],
+                    pacing=pacing,
                 )
             except EmbeddingUnavailable as error:
                 raise CommandError(f"embedding provider unavailable: {error}") from None
@@ -328,8 +330,10 @@ def readable(result: dict[str, Any]) -> str:
     if consent:
         lines.append(f"Semantic search needs consent: {consent['on_yes_run']}")
     elif result.get("mode") != "keyword" and result.get("semantic_status") in ("partial", "indexing"):
+        covered = result.get("semantic_coverage") or {}
         lines.append(
-            "Semantic search skipped: this project's index is not complete (results above are "
-            f"keyword matches). Build it with: {command_line('project-history', 'index')}"
+            f"Semantic search covers {covered.get('indexed_messages', 0)} of "
+            f"{covered.get('messages', '?')} messages of this project so far (the most recent first). "
+            f"Complete it with: {command_line('project-history', 'index')}"
         )
     return "\n".join(lines)

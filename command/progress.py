@@ -2,7 +2,9 @@
 
 ``semantic.build_index`` reports its totals before and after its loop only; the batches go through
 ``embedder.embed_documents``. :meth:`IndexProgress.track` wraps the embedder so that every batch
-it embeds advances the bar. On a terminal the bar is Rich's; otherwise (a pipe, a log) one plain
+it embeds advances the bar. The rate is the endpoint's over the last minute of answers (a slow
+start, a timeout or a model load does not weigh on it for the rest of a long run), and the ETA
+follows from it. On a terminal the bar is Rich's; otherwise (a pipe, a log) one plain
 line is printed per tenth of the work, so a long index is visible there too.
 """
 
@@ -10,8 +12,12 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
+
+#: Seconds of answers the rate is measured over.
+RATE_WINDOW = 60.0
 
 
 def _clock(seconds: float | None) -> str:
@@ -29,13 +35,18 @@ class _Counting:
         self._owner, self._label, self._embedder = owner, label, embedder
         self.done, self.total, self.started = 0, None, time.monotonic()
         self._task = owner._add(label)
+        self._samples: deque[tuple[float, int]] = deque()  # (when, done) over the last RATE_WINDOW
 
     def __getattr__(self, name: str) -> Any:  # fingerprint, texts_embedded, provider_seconds...
         return getattr(self._embedder, name)
 
-    def embed_documents(self, texts: Sequence[str], deadline: float | None = None) -> Any:
-        vectors = self._embedder.embed_documents(texts, deadline=deadline)
+    def embed_documents(self, texts: Sequence[str], deadline: float | None = None, **options: Any) -> Any:
+        vectors = self._embedder.embed_documents(texts, deadline=deadline, **options)
         self.done += len(texts)
+        now = time.monotonic()
+        self._samples.append((now, self.done))
+        while len(self._samples) > 2 and self._samples[1][0] < now - RATE_WINDOW:
+            self._samples.popleft()
         self._owner._update(self)
         return vectors
 
@@ -46,13 +57,17 @@ class _Counting:
         """``build_index``'s own callback: the number of chunks to embed, and the final count."""
         if self.total is None:
             self.started = time.monotonic()
+            self._samples = deque([(self.started, self.done)])
         self.total = total
         self.done = max(self.done, done)
         self._owner._update(self)
 
     def rate(self) -> float | None:
-        elapsed = time.monotonic() - self.started
-        return self.done / elapsed if self.done and elapsed > 0 else None
+        """Chunks per second over the last :data:`RATE_WINDOW` of answers."""
+        if len(self._samples) < 2:
+            return None
+        (first, done_then), (last, done_now) = self._samples[0], self._samples[-1]
+        return (done_now - done_then) / (last - first) if last > first and done_now > done_then else None
 
     def eta(self) -> float | None:
         rate = self.rate()
@@ -76,14 +91,17 @@ class IndexProgress:
                 ProgressColumn,
                 TextColumn,
                 TimeElapsedColumn,
-                TimeRemainingColumn,
             )
             from rich.text import Text
 
             class RateColumn(ProgressColumn):
                 def render(self, task: Any) -> Text:
-                    speed = task.speed
+                    speed = task.fields.get("rate")
                     return Text(f"{speed:.1f} chunks/s" if speed else "-- chunks/s")
+
+            class EtaColumn(ProgressColumn):
+                def render(self, task: Any) -> Text:
+                    return Text(_clock(task.fields.get("eta")))
 
             self._rich = Progress(
                 TextColumn("{task.description}"),
@@ -92,7 +110,7 @@ class IndexProgress:
                 RateColumn(),
                 TimeElapsedColumn(),
                 TextColumn("ETA"),
-                TimeRemainingColumn(),
+                EtaColumn(),
             )
             self._rich.__enter__()
         return self
@@ -109,7 +127,13 @@ class IndexProgress:
 
     def _update(self, counting: _Counting) -> None:
         if self._rich is not None:
-            self._rich.update(counting._task, completed=counting.done, total=counting.total)
+            self._rich.update(
+                counting._task,
+                completed=counting.done,
+                total=counting.total,
+                rate=counting.rate(),
+                eta=counting.eta(),
+            )
             return
         total = counting.total
         if not total:

@@ -22,6 +22,23 @@ class ProjectStatus:
     messages: int
     indexed: int | None  # None: not known (semantic search off or not working)
     gate: str  # ok | disabled | consent_required
+    skipped: int = 0  # messages with a chunk the provider failed on alone
+    busy: bool = False  # an indexer is running
+
+    @property
+    def state(self) -> str:
+        """What semantic search can do for this project: never "ready" for less than all of it."""
+        if self.gate != "ok" or self.indexed is None:
+            return self.gate
+        if self.indexed == self.messages:
+            return "ready"
+        if self.indexed + self.skipped == self.messages:
+            return f"complete except {self.skipped} skipped (the provider failed on them alone)"
+        if self.busy:
+            return "indexing"
+        from ..store import command_line
+
+        return f"partial: run {command_line('project-history', 'index')}"
 
 
 @dataclass
@@ -68,22 +85,23 @@ def gather(process: ProcessState) -> Status:
     semantic = Semantic(env, process.semantic, process.schemas)
     with db:
         groups = ProjectMap(db, process.projects).groups()
-        indexed: list[int | None] = [None] * len(groups)
+        coverage: list[Any] = [None] * len(groups)
         if embedding.enabled and not problem:
             try:
-                fingerprint = semantic.embedder().fingerprint
-                indexed = list(semantic.coverage(db, fingerprint, groups))
+                coverage = list(semantic.coverage(db, semantic.embedder(), groups))
             except Exception as error:
                 logger.warning("semantic index status unavailable", exc_info=True)
                 status.failure = semantic.describe(error)
-        for group, count in zip(groups, indexed, strict=True):
+        for group, covered in zip(groups, coverage, strict=True):
             status.projects.append(
                 ProjectStatus(
                     identity=group["identity"],
                     conversations=group["conversations"],
                     messages=len(db.live_message_ids(group["session_ids"])),
-                    indexed=count,
+                    indexed=covered.indexed if covered else None,
                     gate=semantic.gate(group["identity"], group["folders"]),
+                    skipped=covered.skipped if covered else 0,
+                    busy=covered.busy if covered else False,
                 )
             )
     return status
@@ -136,10 +154,11 @@ def lines(status: Status) -> list[str]:
     if not status.projects:
         out.append("  (no conversations belong to a project yet)")
     for project in status.projects:
-        indexed = "n/a" if project.indexed is None else project.indexed
+        messages = counted(project.messages, "message")
+        covered = messages if project.indexed is None else f"{project.indexed} of {messages} indexed"
         out.append(
             f"  {label(project.identity)}: {counted(project.conversations, 'conversation')}, "
-            f"{counted(project.messages, 'message')}, {indexed} indexed; semantic: {project.gate}"
+            f"{covered}; semantic: {project.state}"
         )
     return out
 

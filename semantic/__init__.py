@@ -34,7 +34,7 @@ from typing import Any
 
 from ..store import HermesDB, HermesEnv, SchemaCache, install_command, message_text
 from . import runtime
-from .chunking import Framing, chunk_text, embedded_text, vectors_key
+from .chunking import Framing, embeddable, embedded_text, message_chunks, vectors_key
 from .consent import (
     ALL_PROJECTS,
     WHAT_IS_SENT,
@@ -60,8 +60,17 @@ from .index_store import (
     purge_hint,
     width_mismatch,
 )
-from .indexer import BackgroundIndexer, CompleteScopes, build_index, gate_check, index_scope, plan_check
+from .indexer import (
+    BackgroundIndexer,
+    CompleteScopes,
+    build_index,
+    gate_check,
+    index_scope,
+    pending_chunks,
+    plan_check,
+)
 from .matrix import MatrixCache, ScopeMatrix, hits_with_lift, identity_file_key
+from .pacing import Pacing
 from .providers import IDENTITY_FILE as _IDENTITY_FILE
 from .providers import EmbeddingUnavailable, Providers, model_identity, remember_identity
 
@@ -73,6 +82,9 @@ CONCURRENT_SEARCHES = 4
 # A check that must read more than this many messages (the first pass over a large project, or
 # after the chunking settings changed) goes to the background: it takes seconds.
 INLINE_FIRST_CHECK_MESSAGES = 20_000
+#: Longest a process whose conversation ends spends embedding it (``on_session_finalize``): nobody
+#: waits on a turn then, and what is left goes to the next search's inline indexing or ``index``.
+SESSION_END_SECONDS = 20.0
 #: Time the query embedding may take beyond ``index_budget_seconds`` (a search answers within both).
 QUERY_GRACE_SECONDS = 0.5
 #: The semantic side's answer is waited for until ``index_budget_seconds`` plus this after the
@@ -88,6 +100,17 @@ class SemanticOutcome:
     status: str = "ready"  # ready | partial | indexing | disabled | consent_required | unavailable
     error: str = ""  # set when status is "unavailable": one line, what to do
     framing: Any = None  # how the rows' chunks were cut and framed (for :meth:`Semantic.matched_text`)
+    coverage: tuple[int, int] | None = None  # (indexed, live) messages when the index is incomplete
+
+
+@dataclass
+class Coverage:
+    """How much of a project the index covers (``status``)."""
+
+    messages: int  # live user/assistant messages
+    indexed: int  # of them, every chunk stored (or nothing to embed)
+    skipped: int  # of them, a chunk the provider failed on alone
+    busy: bool  # an indexer is running
 
 
 class Cooldown:
@@ -376,8 +399,10 @@ class Semantic:
         if not run or not build:
             with IndexStore.open_readonly(env.index_path) as store:
                 status = self._status_without_work(db, store, fingerprint, framing, scope)
-                if not run or status != "ready":
-                    return SemanticOutcome(status=status)  # nothing is sent: no query, no indexing
+                coverage = None if status == "ready" else _coverage(db, store, fingerprint, session_ids)
+                if not run or not (coverage is None or coverage[0]):
+                    # Nothing is sent (no query, no indexing) when there is nothing to search.
+                    return SemanticOutcome(status=status, coverage=coverage)
                 reason = memory.cooldown.active(fingerprint)
                 if reason:  # failed moments ago (this very call's first query, perhaps): not again
                     return SemanticOutcome(status="unavailable", error=reason)
@@ -388,7 +413,7 @@ class Semantic:
                     raise
                 _check_width(store, fingerprint, query_vector)
                 matrix = memory.matrices.matrix(db, store, fingerprint, session_ids, scope_file_key(scope))
-            return self._outcome(db, matrix, query_vector, status, framing)
+            return self._outcome(db, matrix, query_vector, status, framing, coverage)
         reason = memory.cooldown.active(fingerprint)
         if reason:
             return SemanticOutcome(status="unavailable", error=reason)
@@ -405,16 +430,24 @@ class Semantic:
                 matrix = memory.matrices.matrix(
                     db, store, fingerprint, session_ids, scope_file_key(scope), active_totals
                 )
+                coverage = None if status == "ready" else _coverage(db, store, fingerprint, session_ids)
         except EmbeddingUnavailable as error:
             memory.cooldown.start(fingerprint, str(error))
             raise
-        return self._outcome(db, matrix, query_vector, status, framing)
+        return self._outcome(db, matrix, query_vector, status, framing, coverage)
 
     def _outcome(
-        self, db: HermesDB, matrix: ScopeMatrix, query_vector: Any, status: str, framing: Framing
+        self,
+        db: HermesDB,
+        matrix: ScopeMatrix,
+        query_vector: Any,
+        status: str,
+        framing: Framing,
+        coverage: tuple[int, int] | None = None,
     ) -> SemanticOutcome:
         hits, mean, has_background = hits_with_lift(matrix, query_vector, self.env.settings.embedding.top_k)
-        return SemanticOutcome(rows=_rows(db, hits, mean, has_background), status=status, framing=framing)
+        rows = _rows(db, hits, mean, has_background)
+        return SemanticOutcome(rows=rows, status=status, framing=framing, coverage=coverage)
 
     def _bring_up_to_date(
         self, db: HermesDB, scope: Any, embedder: Any, framing: Framing, deadline: float
@@ -509,26 +542,60 @@ class Semantic:
         chunk_index = row.get("matched_chunk")
         if chunk_index is None or framing is None:
             return None
-        chunks = chunk_text(
-            framing.message(message_text(row["content"])), framing.chunk_size, framing.chunk_overlap
-        )
+        chunks = message_chunks(message_text(row["content"]), framing)
         if chunk_index >= len(chunks):
             return None
-        chunk = chunks[chunk_index]
+        chunk = chunks[chunk_index][0]
         if framing.context_messages:
             session_id = row["session_id"]
             earlier = db.preceding_messages({session_id: row["message_id"] - 1}, framing.context_messages)
-            previous = [framing.message(text) for text in earlier.get(session_id, [])]
+            previous = [embeddable(text, framing) for text in earlier.get(session_id, [])]
             chunk = embedded_text(chunk, previous, framing)
         return chunk
 
     # ----------------------------------------------------------------------- the terminal's work
 
-    def coverage(self, db: HermesDB, fingerprint: str, groups: Sequence[dict[str, Any]]) -> list[int]:
-        """Indexed message count per group (``status``); raises what :meth:`describe` explains."""
+    def coverage(self, db: HermesDB, embedder: Any, groups: Sequence[dict[str, Any]]) -> list[Coverage]:
+        """Per group: its live messages, how many are indexed (every chunk stored), how many have
+        a chunk the provider failed on alone (``status``). Raises what :meth:`describe` explains."""
         _writable(self.env)
+        framing = Framing.of(self.env.settings.embedding, embedder)
+        fingerprint = embedder.fingerprint
+        found = []
         with IndexStore.open_readonly(self.env.index_path) as store:
-            return [len(store.indexed_message_ids(fingerprint, g["session_ids"])) for g in groups]
+            for group in groups:
+                ids = group["session_ids"]
+                live = db.live_message_ids(ids)
+                plan = plan_check(db, store, ids, fingerprint, framing)
+                waiting: set[int] = set()
+                if not plan.nothing_new:
+                    pending = pending_chunks(db, store, ids, fingerprint, framing, plan)
+                    waiting = {key[1] for key, _, _ in pending.todo}
+                skipped = store.skipped_message_ids(fingerprint, ids) & live
+                found.append(
+                    Coverage(
+                        messages=len(live),
+                        indexed=len(live - waiting - skipped),
+                        skipped=len(skipped - waiting),
+                        busy=self.memory.background.running(self.env, fingerprint, ids)
+                        or indexer_busy(self.env.data_dir),
+                    )
+                )
+        return found
+
+    def index_recent(
+        self, identity: dict[str, Any], session_ids: Sequence[str], folders: Sequence[str] | None = None
+    ) -> tuple[int, bool]:
+        """Index these sessions (a conversation that just ended) within :data:`SESSION_END_SECONDS`;
+        what is left stays for the next search or ``index``."""
+        deadline = time.monotonic() + SESSION_END_SECONDS
+        return index_scope(
+            self.env, identity, session_ids, self.embedder(), deadline=deadline, folders=folders
+        )
+
+    def pacing(self) -> Pacing:
+        """How requests to the configured provider are paced; one per ``index`` run, across projects."""
+        return Pacing.of(self.env.settings.embedding)
 
     def index(
         self,
@@ -537,13 +604,30 @@ class Semantic:
         embedder: Any,
         progress: Callable[[int, int], None] | None = None,
         lock_wait: float | None = None,
+        pacing: Pacing | None = None,
         folders: Sequence[str] | None = None,
     ) -> tuple[int, bool]:
         """Build this project's index now (``index``): (chunks written, complete)."""
-        kwargs = {} if lock_wait is None else {"lock_wait": lock_wait}
+        kwargs: dict[str, Any] = {} if lock_wait is None else {"lock_wait": lock_wait}
         return index_scope(
-            self.env, identity, session_ids, embedder, progress=progress, folders=folders, **kwargs
+            self.env,
+            identity,
+            session_ids,
+            embedder,
+            progress=progress,
+            pacing=pacing,
+            folders=folders,
+            **kwargs,
         )
+
+
+def _coverage(
+    db: HermesDB, store: IndexStore, fingerprint: str, session_ids: Sequence[str]
+) -> tuple[int, int]:
+    """(messages with vectors, live messages) of an incomplete scope: what a search over it covers.
+    Recent sessions are indexed first, so a partial index covers what is asked about most."""
+    live = db.live_message_ids(session_ids)
+    return len(live & store.indexed_message_ids(fingerprint, session_ids)), len(live)
 
 
 def _check_width(store: IndexStore, fingerprint: str, query_vector: Any) -> None:

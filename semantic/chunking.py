@@ -75,6 +75,67 @@ def chunks_with_tokens(text: str, chunk_size: int, overlap: int) -> list[tuple[s
     return chunks
 
 
+# --------------------------------------------------------------------------- what is embedded
+
+# A fenced block (``` or ~~~, closed by the same fence or the end of the text).
+_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n]*\n.*?(?:^[ \t]*\1[ \t]*$|\Z)", re.M | re.S)
+# A run of 32+ base64 / hex / URL-safe characters holding a digit: keys, hashes, encoded blobs.
+_BLOB = re.compile(r"(?<![\w/+=-])(?=[A-Za-z0-9+/=_-]*\d)[A-Za-z0-9+/=_-]{32,}(?![\w/+=-])")
+#: A line is prose when letters and spaces are at least this share of it (code, logs, paths,
+#: tables of numbers fall below it), and a line of 40+ characters also needs a space.
+PROSE_LETTER_SHARE = 0.75
+_CJK_ANY = re.compile(f"[{CJK_CHARS}]")
+
+
+def _prose_line(line: str) -> bool:
+    core = line.strip()
+    if not core or _CJK_ANY.search(core):
+        return True
+    if len(core) >= 40 and " " not in core:
+        return False  # a path, a URL, a minified line
+    letters = sum(1 for c in core if c.isalpha() or c == " ")
+    return letters >= PROSE_LETTER_SHARE * len(core)
+
+
+def prose(text: str) -> str:
+    """The prose of a message: without fenced code blocks, blobs, and lines that are mostly not
+    words (code, logs, stack traces, paths). A message with no prose left keeps nothing."""
+    text = _FENCE.sub("\n", text)
+    text = _BLOB.sub(" ", text)
+    return "\n".join(line for line in text.splitlines() if _prose_line(line)).strip()
+
+
+def head(text: str, budget_tokens: int) -> str:
+    """The start of ``text``, at most ``budget_tokens`` estimated tokens (whole units)."""
+    if budget_tokens <= 0 or len(text) <= budget_tokens:
+        return text
+    units = _UNIT.findall(text[: 8 * budget_tokens + 8])
+    cjk = _CJK_CHAR.match
+    used, end = 0, 0
+    for unit in units:
+        used += 1 if cjk(unit) else (len(unit.rstrip()) + 3) // 4
+        if used > budget_tokens:
+            break
+        end += 1
+    return "".join(units[:end]).strip()
+
+
+def embeddable(text: str, framing: Any) -> str:
+    """What of a message is embedded at all: the message as :meth:`Framing.message` gives it
+    (redacted whole for a remote model), all of it or its prose (``embed_text``)."""
+    framing = Framing.of(framing)
+    text = framing.message(text)
+    return prose(text) if framing.embed_text == "prose" else text.strip()
+
+
+def message_chunks(text: str, framing: Any) -> list[tuple[str, int | None]]:
+    """A message's chunks as the index embeds them: its embeddable text, cut to
+    ``message_tokens`` from its start, in windows of ``chunk_size`` (with their token estimates)."""
+    framing = Framing.of(framing)
+    body = head(embeddable(text, framing), framing.message_tokens)
+    return chunks_with_tokens(body, framing.chunk_size, framing.chunk_overlap)
+
+
 def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -139,6 +200,8 @@ class Framing:
     context_messages: int
     context_tokens: int  # at most this much preceding text (estimated tokens)
     input_tokens: int = 0  # context + chunk budget in estimated tokens; 0: no model limit known
+    embed_text: str = "all"  # "all" or "prose" (:func:`prose`)
+    message_tokens: int = 0  # estimated tokens embedded per message, from its start; 0: all
     redact: bool = False  # messages are redacted before they are cut (a remote provider)
 
     @classmethod
@@ -157,6 +220,8 @@ class Framing:
             context_messages=embedding.context_messages,
             context_tokens=embedding.chunk_size // 4,
             input_tokens=budget,
+            embed_text=getattr(embedding, "embed_text", "all"),
+            message_tokens=getattr(embedding, "message_tokens", 0),
             redact=embedding.provider != "local",
         )
 
@@ -167,6 +232,8 @@ class Framing:
         if self.context_tokens != self.chunk_size // 4:
             base += f"/{self.context_tokens}"
         base += f"|input={self.input_tokens}" if self.input_tokens else ""
+        base += f"|text={self.embed_text}" if self.embed_text != "all" else ""
+        base += f"|cap={self.message_tokens}" if self.message_tokens else ""
         # A change of the redaction rules changes what is sent: the next check reads every message.
         return base + (f"|redact={REDACTION_VERSION}" if self.redact else "")
 

@@ -99,6 +99,23 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "UPDATE chunks SET vector = phr_float16(vector)",
         ),
     ),
+    (
+        4,
+        (
+            # Chunks the provider failed on alone (semantic.pacing): not sent again while their
+            # text (hash) is the same; `status` counts their messages as not indexed.
+            """CREATE TABLE IF NOT EXISTS skipped (
+                session_id TEXT NOT NULL,
+                message_id INTEGER NOT NULL,
+                chunk_index INTEGER NOT NULL,
+                model_fingerprint TEXT NOT NULL,
+                content_hash TEXT NOT NULL,
+                reason TEXT NOT NULL,
+                skipped_at REAL NOT NULL,
+                PRIMARY KEY (model_fingerprint, session_id, message_id, chunk_index)
+            ) WITHOUT ROWID""",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -349,6 +366,29 @@ class IndexStore:
         )
         return {(r[0], r[1], r[2]): r[3] for r in rows}
 
+    def skipped_hashes(self, fingerprint: str, after_id_by_session: Mapping[str, int]) -> dict[ChunkKey, str]:
+        """Chunks skipped after failing alone, of these sessions' messages newer than each one's id."""
+        if self.conn is None or not after_id_by_session:
+            return {}
+        rows = self.conn.execute(
+            "SELECT k.session_id, k.message_id, k.chunk_index, k.content_hash FROM json_each(?) AS wanted "
+            "CROSS JOIN skipped k ON k.model_fingerprint = ? "
+            "AND k.session_id = json_extract(wanted.value, '$[0]') "
+            "AND k.message_id > json_extract(wanted.value, '$[1]')",
+            (json.dumps([[sid, after] for sid, after in after_id_by_session.items()]), fingerprint),
+        )
+        return {(r[0], r[1], r[2]): r[3] for r in rows}
+
+    def skipped_message_ids(self, fingerprint: str, session_ids: Sequence[str]) -> set[int]:
+        if self.conn is None:
+            return set()
+        rows = self.conn.execute(
+            "SELECT DISTINCT message_id FROM skipped "
+            "WHERE model_fingerprint = ? AND session_id IN (SELECT value FROM json_each(?))",
+            (fingerprint, json.dumps(list(session_ids))),
+        )
+        return {r[0] for r in rows}
+
     def chunk_ids(self, fingerprint: str, session_ids: Sequence[str]) -> list[int]:
         """Row ids of these sessions' chunks under one model, ascending (read from the index alone)."""
         if self.conn is None:
@@ -414,9 +454,11 @@ class IndexStore:
         rows: Sequence[tuple[str, int, int, str]],
         vectors: Any = None,
         stale: Iterable[ChunkKey] = (),
+        skipped: Sequence[tuple[ChunkKey, str, str]] = (),
     ) -> None:
         """One batch in one transaction: store (session, message, chunk, hash) with its vector (row i
-        of ``vectors``, stored as float16) and drop stale keys.
+        of ``vectors``, stored as float16), drop stale keys, and record ``skipped`` chunks
+        ((key, hash, reason): failed alone; a stored chunk is no longer skipped).
 
         A changed chunk gets a new row id (``INSERT OR REPLACE``), so anything derived from the rows
         (the matrix files) sees it as one row gone and one new. Raises :class:`WidthMismatch` when
@@ -426,6 +468,7 @@ class IndexStore:
 
         conn = self._require_writable()
         now = time.time()
+        stale = list(stale)
         matrix = np.asarray(vectors if vectors is not None else np.zeros((0, 0)), dtype=VECTOR_DTYPE)
         if rows and (matrix.ndim != 2 or len(matrix) != len(rows) or not matrix.shape[1]):
             raise ValueError(f"{len(rows)} chunks but vectors of shape {matrix.shape}")
@@ -452,6 +495,16 @@ class IndexStore:
                 "DELETE FROM chunks WHERE session_id = ? AND message_id = ? AND chunk_index = ? "
                 "AND model_fingerprint = ?",
                 [(*key, fingerprint) for key in stale],
+            )
+            conn.executemany(
+                "DELETE FROM skipped WHERE session_id = ? AND message_id = ? AND chunk_index = ? "
+                "AND model_fingerprint = ?",
+                [(s, m, i, fingerprint) for s, m, i, _ in rows] + [(*key, fingerprint) for key in stale],
+            )
+            conn.executemany(
+                "INSERT OR REPLACE INTO skipped (session_id, message_id, chunk_index, model_fingerprint, "
+                "content_hash, reason, skipped_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(*key, fingerprint, digest, reason, now) for key, digest, reason in skipped],
             )
             conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
 

@@ -22,9 +22,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..store import EMPTY_TOTALS, ChunkKey, HermesDB, HermesEnv, SessionMark, message_text
-from .chunking import Framing, chunks_with_tokens, content_hash, embedded_text, vectors_key
+from .chunking import (
+    Framing,
+    content_hash,
+    embeddable,
+    embedded_text,
+    estimate_tokens,
+    message_chunks,
+    vectors_key,
+)
 from .index_store import BACKGROUND_BUSY_SECONDS, LOCK_RETRY_SECONDS, IndexStore, indexer_lock
 from .matrix import identity_file_key
+from .pacing import EndpointFailing, Pacing, embedding_order
+from .providers import EmbeddingRejected, EmbeddingTimeout, EmbeddingUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +103,7 @@ class Pending:
     stale: list[ChunkKey]
     live_messages: int
     plan: CheckPlan
+    skipped: int = 0  # chunks the provider failed on alone, not sent again while unchanged
 
     @property
     def complete(self) -> bool:
@@ -113,32 +124,41 @@ def pending_chunks(
     after = plan.after
     messages = db.live_messages(after) if after else []
     stored = store.chunk_hashes(fingerprint, after) if messages else {}
+    skipped = store.skipped_hashes(fingerprint, after) if messages else {}
+    skipped_now = 0
     context = framing.context_messages
     recent: dict[str, deque[str]] = {}
     if context and messages:
         resumed = {m["session_id"]: after[m["session_id"]] for m in messages if after[m["session_id"]]}
         earlier = db.preceding_messages(resumed, context)
-        recent = {sid: deque(map(framing.message, texts), maxlen=context) for sid, texts in earlier.items()}
+        recent = {
+            sid: deque((embeddable(t, framing) for t in texts), maxlen=context)
+            for sid, texts in earlier.items()
+        }
     todo: list[tuple[ChunkKey, str, str]] = []
     wanted: set[ChunkKey] = set()
     for message in messages:
-        session_id, text = message["session_id"], framing.message(message_text(message["content"]))
+        session_id, text = message["session_id"], message_text(message["content"])
         previous = recent.setdefault(session_id, deque(maxlen=max(1, context)))
-        chunks = chunks_with_tokens(text, framing.chunk_size, framing.chunk_overlap)
+        chunks = message_chunks(text, framing)
         for index, (chunk, tokens) in enumerate(chunks):
             key = (session_id, message["message_id"], index)
             framed = embedded_text(chunk, list(previous) if context else [], framing, tokens)
             digest = content_hash(framed)
             wanted.add(key)
-            if stored.get(key) != digest:
+            if stored.get(key) == digest:
+                continue
+            if skipped.get(key) == digest:
+                skipped_now += 1
+            else:
                 todo.append((key, framed, digest))
         if text.strip():
-            previous.append(text)
+            previous.append(embeddable(text, framing))
     # Chunks past a message's new end (its text got shorter) are stale; vectors of messages that
     # are no longer live stay stored (a rewind can be undone) but are never returned.
     live_ids = {m["message_id"] for m in messages}
     stale = [key for key in stored if key[1] in live_ids and key not in wanted]
-    return Pending(todo=todo, stale=stale, live_messages=len(messages), plan=plan)
+    return Pending(todo=todo, stale=stale, live_messages=len(messages), plan=plan, skipped=skipped_now)
 
 
 # --------------------------------------------------------------------------- scopes known complete
@@ -198,32 +218,80 @@ def embed_pending(
     batch_size: int,
     deadline: float | None,
     should_continue: Callable[[], bool] | None = None,
+    pacing: Pacing | None = None,
 ) -> int:
     """Embed and store batches until done, past ``deadline`` or no longer allowed; returns chunks written.
 
-    Texts go to the provider shortest first, so each batch holds texts of about one length and a
-    model pads little (local ONNX pads every text of a batch to its longest).
+    Texts go out in :func:`pacing.embedding_order` (recent sessions first). An embedder that
+    takes its batches as given (``paced``: the HTTP providers) is paced by ``pacing``: a batch
+    that times out or is refused is halved, and a text that fails alone is skipped and recorded
+    once a later answer shows the endpoint itself is working (:mod:`semantic.pacing`).
     """
     written = 0
     if pending.stale:
         store.write_chunks(embedder.fingerprint, [], stale=pending.stale)
         pending.stale = []
-    todo = sorted(pending.todo, key=lambda item: len(item[1]))
-    done = 0
+    recency = {sid: mark[0] for sid, mark in pending.plan.marks.items()}
+    queue = deque(embedding_order(pending.todo, recency))
+    paced = bool(getattr(embedder, "paced", False))
+    pacing = pacing or Pacing(batch_size)
+    held: list[tuple[tuple[ChunkKey, str, str], str]] = []  # (item, reason): failed alone, not yet recorded
+    answered = False
+
+    def record(rows: list, vectors: Any) -> None:
+        nonlocal held
+        skipped = [(item[0], item[2], reason) for item, reason in held]
+        store.write_chunks(embedder.fingerprint, rows, vectors, skipped=skipped)
+        pending.skipped += len(held)
+        held = []
+
     try:
-        while done < len(todo):
+        while queue:
             if deadline is not None and time.monotonic() >= deadline:
                 break
             if should_continue is not None and not should_continue():
                 logger.info("indexing stopped: semantic search is no longer allowed for this project")
                 break
-            batch = todo[done : done + batch_size]
-            vectors = embedder.embed_documents([text for _, text, _ in batch], deadline=deadline)
-            store.write_chunks(embedder.fingerprint, [(*key, digest) for key, _, digest in batch], vectors)
-            done += len(batch)
+            size = pacing.size if paced else batch_size
+            batch = [queue.popleft() for _ in range(min(size, len(queue)))]
+            texts = [text for _, text, _ in batch]
+            started = time.monotonic()
+            if not paced:
+                vectors = embedder.embed_documents(texts, deadline=deadline)
+            else:
+                tokens = sum(estimate_tokens(text) for text in texts)
+                alone = batch[0][0] if len(batch) == 1 else None
+                try:
+                    vectors = embedder.embed_documents(
+                        texts, deadline=deadline, timeout=pacing.timeout(tokens, alone)
+                    )
+                except (EmbeddingTimeout, EmbeddingRejected) as error:
+                    if alone is None:
+                        pacing.failed()
+                        queue.extendleft(reversed(batch))
+                        continue
+                    try:
+                        skip = pacing.failed_alone(alone)
+                    except EndpointFailing as failing:
+                        queue.appendleft(batch[0])
+                        raise EmbeddingUnavailable(
+                            f"{error} ({failing}: the endpoint, not the texts)"
+                        ) from None
+                    if skip:
+                        held.append((batch[0], str(error)[:300]))
+                        logger.warning("message %s not embedded: it failed alone (%s)", alone[1], error)
+                    else:
+                        queue.appendleft(batch[0])
+                    continue
+                pacing.answered(tokens, time.monotonic() - started, tuple(key for key, _, _ in batch))
+            answered = True
+            record([(*key, digest) for key, _, digest in batch], vectors)
             written += len(batch)
+        if held and answered and not queue:  # the last texts failed alone, after answers: skipped
+            record([], None)
     finally:
-        pending.todo = todo[done:]
+        # Texts that failed alone but were not recorded (the run stopped first) are tried again later.
+        pending.todo = [item for item, _ in held] + list(queue)
     return written
 
 
@@ -237,6 +305,7 @@ def build_index(
     progress: Callable[[int, int], None] | None = None,
     should_continue: Callable[[], bool] | None = None,
     plan: CheckPlan | None = None,
+    pacing: Pacing | None = None,
 ) -> tuple[int, bool]:
     """Index these sessions into a writable store (the caller holds the indexer lock).
 
@@ -246,9 +315,12 @@ def build_index(
     pending = pending_chunks(db, store, session_ids, embedder.fingerprint, framing, plan)
     if progress is not None:
         progress(0, len(pending.todo))
+    pacing = pacing or Pacing.of(embedding)
     written = 0
     while not pending.complete:
-        step = embed_pending(store, embedder, pending, embedding.batch_size, deadline, should_continue)
+        step = embed_pending(
+            store, embedder, pending, embedding.batch_size, deadline, should_continue, pacing
+        )
         written += step
         if progress is not None:
             progress(written, written + len(pending.todo))
@@ -281,6 +353,7 @@ def index_scope(
     deadline: float | None = None,
     progress: Callable[[int, int], None] | None = None,
     lock_wait: float = LOCK_RETRY_SECONDS,
+    pacing: Pacing | None = None,
     folders: Sequence[str] | None = None,
 ) -> tuple[int, bool]:
     """Take the lock, open both databases, build. ``(0, False)`` when another indexer keeps the lock.
@@ -301,6 +374,7 @@ def index_scope(
                 deadline,
                 progress,
                 should_continue=gate_check(identity, folders),
+                pacing=pacing,
             )
             if complete:
                 _refresh_matrix_file(store, embedder.fingerprint, identity, session_ids)

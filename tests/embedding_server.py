@@ -24,6 +24,8 @@ response: the read timeout restarts per byte), ``retry_later`` (429 with ``Retry
 ``echo`` (401 whose body repeats the request's path, query and every header, as some gateways do).
 Two answer well-formed JSON that is wrong: ``wider`` (vectors twice as wide as before: the model
 behind the name changed) and ``duplicate_index`` (every item says ``index: 0``).
+``delay`` (a function of a request's texts, in any mode) makes some requests answer late: an
+endpoint that copes with small batches only, or that chokes on one text.
 """
 
 from __future__ import annotations
@@ -94,6 +96,8 @@ class EmbeddingServer(LoopbackServer):
         self._embed, self.model_name = _backend(model)
         self.slow_seconds = slow_seconds
         self.default_type = default_type
+        #: Seconds to wait before answering a request with these texts (None: no wait).
+        self.delay: Callable[[list[str]], float] | None = None
         #: Answer ``data`` in reverse order (indices intact), to prove clients sort by ``index``.
         self.reverse_order = reverse_order
         self._lock = threading.Lock()
@@ -135,6 +139,7 @@ class EmbeddingServer(LoopbackServer):
         """Back to ``ok`` with every counter and log empty."""
         with self._lock:
             self._mode, self._mode_left = "ok", None
+            self.delay = None
             self.requests = self.texts = self.failures = 0
             self.inputs.clear()
             self.bodies.clear()
@@ -256,6 +261,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(429, "rate limit reached", "rate_limit_error", {"Retry-After": "0"})
             return
         if mode == "slow" and owner._stopping.wait(owner.slow_seconds):
+            return
+        late = owner.delay(texts) if owner.delay and isinstance(texts, list) else 0
+        if late and owner._stopping.wait(late):
             return
         if mode == "retry_later":
             self._error(429, "rate limit reached", "rate_limit_error", {"Retry-After": "3600"})

@@ -349,3 +349,32 @@ def test_chat_turn_moves_session_to_other_project(hermes_home: Home) -> None:
     assert session_id not in found, result
     assert h.session_row(session_id)["cwd"] == h.beta
     assert h.server.outbound == [], diagnostics
+
+
+def test_a_conversation_that_ends_is_indexed_by_its_own_process(hermes_home: Home) -> None:
+    """``on_session_finalize``: the ending `hermes chat -q` embeds its own messages (MiniLM in
+    process, consent for Alpha), so another conversation's first search reads a complete index."""
+    from models import minilm_model_dir
+
+    h = hermes_home
+    settings = {"provider": "local", "model": "all-MiniLM-L6-v2-int8", "model_path": str(minilm_model_dir())}
+    for key, value in settings.items():
+        done = h.hermes("config", "set", f"plugins.{PLUGIN_KEY}.embedding.{key}", value, "--force")
+        assert done.returncode == 0, h.diagnose(done)
+    allowed = h.hermes("project-history", "allow", "--yes", "--project", h.alpha_id, cwd=h.alpha)
+    assert allowed.returncode == 0, h.diagnose(allowed)
+    try:
+        h.server.script(
+            SEARCH_TOOL, {"query": DISTINCT, "mode": "keyword", "limit": 3}, answer="Two batches."
+        )
+        done, session_id = h.chat(f"Remind me of the {DISTINCT} plan", cwd=h.alpha)
+        texts = [m for m in h.messages(session_id) if m["role"] in ("user", "assistant") and m["content"]]
+        db = h.home / "plugins" / PLUGIN_KEY / "embeddings.db"
+        with sqlite3.connect(db) as conn:
+            indexed = conn.execute(
+                "SELECT count(DISTINCT message_id) FROM chunks WHERE session_id = ?", (session_id,)
+            ).fetchone()[0]
+        assert len(texts) == 2 and indexed == 2, h.diagnose(done)
+    finally:
+        revoked = h.hermes("project-history", "revoke", "--purge")
+        assert revoked.returncode == 0, h.diagnose(revoked)

@@ -159,7 +159,9 @@ def test_index_status_search_and_purge(setup, server):
 
     status = cli(world, "status")
     assert status.returncode == 0, status.stderr
-    assert "Alpha" in status.stdout and "Beta" in status.stdout and "semantic: ok" in status.stdout
+    assert "Alpha" in status.stdout and "Beta" in status.stdout
+    assert "3 of 3 messages indexed; semantic: ready" in status.stdout, status.stdout  # Alpha
+    assert "2 of 2 messages indexed; semantic: ready" in status.stdout, status.stdout  # Beta
 
     found = cli(world, "search", "authentication timeout", "--mode", "semantic", cwd=world.alpha)
     assert found.returncode == 0, found.stderr

@@ -32,7 +32,9 @@ SECOND_PART = ("replica", "replication", "lag", "failover", "Frankfurt", "WAL")
 @pytest.fixture
 def small_chunks(world, plugin):
     """Semantic search on (local MiniLM, consented) with small chunks: long messages make several."""
-    faults.enable_local_semantic(plugin, chunk_size=32, chunk_overlap=8, index_budget_seconds=120)
+    faults.enable_local_semantic(
+        plugin, chunk_size=32, chunk_overlap=8, message_tokens=0, index_budget_seconds=120
+    )
     world.repo = world.folder("app", git=True)
     world.pid = world.project("App", world.repo)
     world.chunker = any_chunker(plugin)

@@ -96,6 +96,6 @@ def test_counts_and_words_of_status_search_and_index(user):
     again = run_hermes(user.home, "project-history", "index", "--all-projects", cwd=user.repo)
     assert "already up to date, nothing to embed" in again.stdout
     status = run_hermes(user.home, "project-history", "status", cwd=user.repo)
-    assert ": 2 conversations, 1 message, " in status.stdout, status.stdout
+    assert ": 2 conversations, 1 of 1 message indexed; semantic: ready" in status.stdout, status.stdout
     search = run_hermes(user.home, "project-history", "search", "car", "--mode", "keyword", cwd=user.repo)
     assert "·  2 conversations  ·" in search.stdout, search.stdout

@@ -54,7 +54,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...config_schema import API_KEY_ENV, PROVIDERS, EmbeddingSettings, endpoint_url
-from .base import FINGERPRINT_VERSION, MAX_INPUT_CHARS, Embedder, EmbeddingUnavailable
+from .base import (
+    FINGERPRINT_VERSION,
+    MAX_INPUT_CHARS,
+    Embedder,
+    EmbeddingRejected,
+    EmbeddingTimeout,
+    EmbeddingUnavailable,
+)
 from .remote import HOSTED_NEEDING_KEY, OpenAICompatibleEmbedder, remote_fingerprint
 
 if TYPE_CHECKING:
@@ -251,6 +258,8 @@ def remember_identity(embedding: EmbeddingSettings, embedder: Any, remembered: P
 __all__ = [
     "MAX_INPUT_CHARS",
     "Embedder",
+    "EmbeddingRejected",
+    "EmbeddingTimeout",
     "EmbeddingUnavailable",
     "ModelIdentity",
     "OpenAICompatibleEmbedder",

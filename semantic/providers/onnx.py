@@ -273,7 +273,9 @@ class LocalOnnxEmbedder(Counters):
 
     # ``deadline`` is accepted for the common interface; in-process inference of one batch is not
     # interruptible and takes milliseconds to a second, which the search budget allows for.
-    def embed_documents(self, texts: Sequence[str], deadline: float | None = None) -> numpy.ndarray:
+    def embed_documents(
+        self, texts: Sequence[str], deadline: float | None = None, timeout: float | None = None
+    ) -> numpy.ndarray:
         return self._embed(prepare_texts(texts, self._settings.document_prefix), bulk=True)
 
     def embed_query(self, text: str, deadline: float | None = None) -> numpy.ndarray:

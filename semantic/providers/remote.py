@@ -19,7 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 from ...config_schema import EmbeddingSettings, endpoint_url, redact_url
 from ...text import redact_secrets, scrub_error
-from .base import Counters, EmbeddingUnavailable, fingerprint_of, normalise, prepare_texts, shorten
+from .base import (
+    Counters,
+    EmbeddingRejected,
+    EmbeddingTimeout,
+    EmbeddingUnavailable,
+    fingerprint_of,
+    normalise,
+    prepare_texts,
+    shorten,
+)
 
 if TYPE_CHECKING:
     import numpy
@@ -35,6 +44,9 @@ RETRY_AFTER_CAP_SECONDS = 20.0
 #: Status codes worth another try: the ones the openai SDK itself retries.
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 
+#: Refusals a paced caller (the indexer) reads as "one of these texts", not "the endpoint".
+CONTENT_STATUS = frozenset({400, 413, 422})
+
 #: Hosted endpoints where a missing key can only mean a 401 on every call.
 HOSTED_NEEDING_KEY = ("https://api.openai.com/v1", "https://api.voyageai.com/v1")
 
@@ -48,6 +60,7 @@ _STATUS_FAULTS = {
     408: "the endpoint timed out",
     409: "the endpoint reported a conflict",
     413: "the request was too large for the endpoint (embedding.batch_size)",
+    422: "the endpoint could not process the input",
     429: "rate limited by the endpoint",
 }
 
@@ -142,15 +155,24 @@ class OpenAICompatibleEmbedder(Counters):
         )
 
     # -- public
-    def embed_documents(self, texts: Sequence[str], deadline: float | None = None) -> numpy.ndarray:
+    #: The indexer sizes batches and timeouts itself (``semantic.pacing``).
+    paced = True
+
+    def embed_documents(
+        self, texts: Sequence[str], deadline: float | None = None, timeout: float | None = None
+    ) -> numpy.ndarray:
+        """``timeout``: a paced caller's time for this batch, sent as one request; a timeout or a
+        refusal of its content is then raised at once (:class:`EmbeddingTimeout`,
+        :class:`EmbeddingRejected`) for the caller to halve the batch, instead of retried."""
         import numpy as np
 
         prepared = [redact_secrets(text) for text in prepare_texts(texts, self._settings.document_prefix)]
         if not prepared:
             return np.zeros((0, self._dim or 0), dtype=np.float32)
-        size = self._settings.batch_size
+        size = len(prepared) if timeout is not None else self._settings.batch_size
         parts = [
-            self._call(prepared[i : i + size], "document", deadline) for i in range(0, len(prepared), size)
+            self._call(prepared[i : i + size], "document", deadline, timeout)
+            for i in range(0, len(prepared), size)
         ]
         return np.vstack(parts)
 
@@ -193,7 +215,9 @@ class OpenAICompatibleEmbedder(Counters):
         return box["response"]
 
     # -- one batch
-    def _call(self, batch: list[str], kind: str, deadline: float | None = None) -> numpy.ndarray:
+    def _call(
+        self, batch: list[str], kind: str, deadline: float | None = None, timeout: float | None = None
+    ) -> numpy.ndarray:
         """One request with bounded retries; only transient failures are retried.
 
         Each attempt gets at most ``timeout_seconds`` of wall-clock time, and never more than
@@ -215,32 +239,44 @@ class OpenAICompatibleEmbedder(Counters):
             kwargs["extra_body"] = extra
 
         failure = ""
+        paced: type[EmbeddingUnavailable] | None = None  # what a paced caller is told, if not retried
         attempts = settings.max_retries + 1
         for attempt in range(attempts):
             retry_after: float | None = None
-            seconds = settings.timeout_seconds
+            seconds = timeout if timeout is not None else settings.timeout_seconds
+            cut = False  # the search's deadline, not the endpoint, limits this attempt
             if deadline is not None:
+                cut = deadline - time.monotonic() < seconds
                 seconds = min(seconds, deadline - time.monotonic())
                 if seconds <= 0:
                     failure = failure or "no time left within the search's budget"
                     break
             started = time.perf_counter()
             try:
-                response = self._request(kwargs, seconds)
+                response = self._request({**kwargs, "timeout": seconds + 1.0}, seconds)
             except _NoAnswer as exc:
                 self._account(time.perf_counter() - started, 0)
                 failure = f"timed out ({exc})"
+                if timeout is not None and not cut:
+                    paced = EmbeddingTimeout
+                    break
             except openai.APIStatusError as exc:
                 self._account(time.perf_counter() - started, 0)
                 status = exc.status_code
                 failure = f"{status_fault(status)} ({shorten(exc.message)})"
+                if timeout is not None and status in CONTENT_STATUS:
+                    paced = EmbeddingRejected
+                    break
                 if status not in RETRYABLE_STATUS and status < 500:
                     break
                 retry_after = _retry_after_seconds(getattr(exc.response, "headers", None))
             except openai.APIConnectionError as exc:
                 self._account(time.perf_counter() - started, 0)
-                kind_of = "timed out" if isinstance(exc, openai.APITimeoutError) else "connection failed"
-                failure = f"{kind_of} ({shorten(exc.message)})"
+                timed_out = isinstance(exc, openai.APITimeoutError)
+                failure = f"{'timed out' if timed_out else 'connection failed'} ({shorten(exc.message)})"
+                if timed_out and timeout is not None and not cut:
+                    paced = EmbeddingTimeout
+                    break
             except Exception as exc:  # malformed response, decode errors: not worth retrying
                 self._account(time.perf_counter() - started, 0)
                 failure = f"unexpected {type(exc).__name__}: {shorten(str(exc))}"
@@ -268,7 +304,7 @@ class OpenAICompatibleEmbedder(Counters):
                 time.sleep(delay)
         # Raised outside the except blocks so no client exception (and its request headers) is
         # attached as __context__.
-        raise EmbeddingUnavailable(
+        raise (paced or EmbeddingUnavailable)(
             scrub_error(
                 f"{self._settings.provider} embeddings at {self._shown_endpoint} (model "
                 f"{settings.model!r}) unavailable after {attempt + 1} attempt(s): {failure}",
