@@ -95,8 +95,10 @@ def grant(process: ProcessState, tokens: list[str], all_projects: bool, yes: boo
     update_consent(env, agree)
     save_plugin_settings({"enabled": True})
     print(f"Allowed. Consent recorded in {env.consent_path}")
-    index_args = ["project-history", "index", *(["--all-projects"] if all_projects else [])]
-    print(f"Build the index now: {command_line(*index_args)}")
+    # The hint runs from any folder: it names the projects that were not the current folder's.
+    chosen = [["--all-projects"]] if all_projects else [["--project", t] for t in tokens] or [[]]
+    for index_args in chosen:
+        print(f"Build the index now: {command_line('project-history', 'index', *index_args)}")
     return 0
 
 

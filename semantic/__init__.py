@@ -467,7 +467,7 @@ class Semantic:
         if store.outdated:
             # Migrating converts every stored vector (seconds on a large index): never on a search's
             # path. The background indexer migrates, then checks; meanwhile keyword results stand.
-            memory.background.start(env, scope.identity, session_ids, embedder, scope.folders)
+            memory.background.start(env, scope.identity, session_ids, embedder, scope.folders, self.schemas)
             return store, "indexing", None
         key = vectors_key(fingerprint, framing)
         active_totals = memory.complete.get(store, key, scope)
@@ -512,7 +512,7 @@ class Semantic:
         if complete:
             memory.complete.put(store, key, scope, plan.active_totals)
             return store, "ready", plan.active_totals
-        memory.background.start(env, scope.identity, session_ids, embedder, scope.folders)
+        memory.background.start(env, scope.identity, session_ids, embedder, scope.folders, self.schemas)
         return store, "indexing", plan.active_totals
 
     def _status_without_work(
@@ -590,7 +590,13 @@ class Semantic:
         what is left stays for the next search or ``index``."""
         deadline = time.monotonic() + SESSION_END_SECONDS
         return index_scope(
-            self.env, identity, session_ids, self.embedder(), deadline=deadline, folders=folders
+            self.env,
+            identity,
+            session_ids,
+            self.embedder(),
+            deadline=deadline,
+            folders=folders,
+            schemas=self.schemas,
         )
 
     def pacing(self) -> Pacing:
@@ -617,6 +623,7 @@ class Semantic:
             progress=progress,
             pacing=pacing,
             folders=folders,
+            schemas=self.schemas,
             **kwargs,
         )
 

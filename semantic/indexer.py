@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..store import EMPTY_TOTALS, ChunkKey, HermesDB, HermesEnv, SessionMark, message_text
+from ..store import EMPTY_TOTALS, ChunkKey, HermesDB, HermesEnv, SchemaCache, SessionMark, message_text
 from .chunking import (
     Framing,
     content_hash,
@@ -355,14 +355,16 @@ def index_scope(
     lock_wait: float = LOCK_RETRY_SECONDS,
     pacing: Pacing | None = None,
     folders: Sequence[str] | None = None,
+    schemas: SchemaCache | None = None,
 ) -> tuple[int, bool]:
     """Take the lock, open both databases, build. ``(0, False)`` when another indexer keeps the lock.
-    Every batch asks the consent gate first (``folders``: the project's folders when it started)."""
+    Every batch asks the consent gate first (``folders``: the project's folders when it started).
+    ``schemas``: the process's, so that ``index --all-projects`` reads state.db's schema once."""
     with indexer_lock(env.data_dir, lock_wait) as taken:
         if not taken:
             return 0, False
         with (
-            HermesDB.open(env) as db,
+            HermesDB.open(env, schemas) as db,
             IndexStore.open_writable(env.index_path, BACKGROUND_BUSY_SECONDS) as store,
         ):
             written, complete = build_index(
@@ -440,6 +442,7 @@ class BackgroundIndexer:
         session_ids: Sequence[str],
         embedder: Any,
         folders: Sequence[str] | None = None,
+        schemas: SchemaCache | None = None,
     ) -> None:
         """Finish the index off the agent's path; a failure leaves ``partial`` for the next search."""
         key = self._key(env, embedder.fingerprint, session_ids)
@@ -447,7 +450,7 @@ class BackgroundIndexer:
 
         def work() -> None:
             try:
-                index_scope(HermesEnv.current(), identity, ids, embedder, folders=folders)
+                index_scope(HermesEnv.current(), identity, ids, embedder, folders=folders, schemas=schemas)
             except Exception:  # the next search reports partial/unavailable with the reason
                 logger.warning("background indexing stopped", exc_info=True)
 

@@ -3,8 +3,11 @@ writes must work when followed as it is."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import pytest
-from harness import enable_plugin, run_hermes, session_ids
+from harness import VENV_BIN, enable_plugin, run_hermes, session_ids
 from models import minilm_model_dir
 
 
@@ -99,3 +102,25 @@ def test_counts_and_words_of_status_search_and_index(user):
     assert ": 2 conversations, 1 of 1 message indexed; semantic: ready" in status.stdout, status.stdout
     search = run_hermes(user.home, "project-history", "search", "car", "--mode", "keyword", cwd=user.repo)
     assert "·  2 conversations  ·" in search.stdout, search.stdout
+
+
+def test_the_index_command_that_allow_prints_works_from_any_folder(user):
+    _local_setup(user)
+    elsewhere = user.folder("elsewhere")
+    allowed = run_hermes(
+        user.home, "project-history", "allow", "--yes", "--project", f"repo:{user.repo}", cwd=elsewhere
+    )
+    assert allowed.returncode == 0, allowed.stderr
+    (hint,) = [line for line in allowed.stdout.splitlines() if line.startswith("Build the index now: ")]
+    command = hint.removeprefix("Build the index now: ")
+    done = subprocess.run(
+        command,
+        shell=True,
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HERMES_HOME": str(user.home), "PATH": f"{VENV_BIN}:{os.environ['PATH']}"},
+    )
+    assert done.returncode == 0, (command, done.stderr)
+    assert "embedded on this machine" in done.stdout, done.stdout
