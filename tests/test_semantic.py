@@ -329,7 +329,7 @@ def test_evidence_as_asked_embeds_and_searches_the_whole_query(greeted, server, 
     env = plugin.store.HermesEnv.current()
     with plugin.store.HermesDB.open(env) as db:
         scope = plugin.projects.ProjectMap(db, process.projects).resolve_scope(greeted.current, "")
-        asked = search._Search(process, env, db, scope, build=True)
+        asked = search._Search(process, env, db, scope, build=True, started=time.monotonic())
         question = asked.understand("Orion flaky", "hybrid", 3)
         assert asked.evidence_as_asked(question, 1e-6, 2)
         assert not asked.evidence_as_asked(question, 0.999, 2)
