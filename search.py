@@ -24,6 +24,7 @@ from .fulltext import (
     common_words,
     date_windows,
     keyword_messages,
+    keyword_terms,
     plan_query,
     without_words,
 )
@@ -183,7 +184,10 @@ def keyword_evidence(terms: int | None) -> float:
 
 
 def _strength(row: dict[str, Any]) -> float | None:
-    """A keyword row's bm25 evidence (with neighbours when scored so); None for LIKE rows."""
+    """A keyword row's bm25 evidence: its conversation's (``fulltext.rank.rank_by_conversation``)
+    when ranked so, else its score or its own bm25; None for LIKE rows."""
+    if "evidence" in row:
+        return None if row["evidence"] is None else float(row["evidence"])
     if "score" in row:
         return float(row["score"])
     return -float(row["rank"]) if "rank" in row else None
@@ -346,6 +350,7 @@ class Question:
     windows: list[tuple[float, float]]
     common: frozenset[str]
     semantic_text: str
+    needles: tuple[str, ...] = ()  # what a snippet is centred on
 
 
 @dataclass
@@ -371,7 +376,9 @@ class _Search:
     def understand(self, query: str, mode: str, limit: int) -> Question:
         plan = plan_query(query)
         common = common_words(self.reader, plan, self.scope.conversation_of)
-        return Question(query, mode, limit, plan, date_windows(query), common, without_words(query, common))
+        needles = keyword_terms(plan).needles or tuple(plan.needles())
+        semantic_text = without_words(query, common)
+        return Question(query, mode, limit, plan, date_windows(query), common, semantic_text, needles)
 
     def keyword(self, question: Question, only_best: bool) -> list[dict[str, Any]]:
         """The keyword ranking; ``only_best``: nothing but each conversation's best message matters
@@ -451,6 +458,13 @@ class _Search:
     def shape(self, question: Question, found: Found, ranked: list[dict[str, Any]]) -> dict[str, Any]:
         """Spec §4.5's answer: one result per conversation; sessions of a date the query names first."""
         best = best_per_session(promote_dated(self.db, ranked, question.windows), question.limit)
+        unread = [row["message_id"] for row in best if "content" not in row]
+        if unread:  # the keyword ranking reads no text: only the rows shown need it
+            contents = self.reader.contents(unread)
+            best = [
+                row if "content" in row else {**row, "content": contents.get(row["message_id"])}
+                for row in best
+            ]
         titles = self.db.titles({id_ for row in best for id_ in (row["session_id"], _conversation(row))})
         framing = found.semantic.framing
         return {
@@ -460,7 +474,7 @@ class _Search:
             "results": shape_results(
                 best,
                 titles,
-                question.plan.needles(),
+                question.needles,
                 self.env.profile,
                 lambda row: self.semantic.matched_text(self.db, row, framing),
             ),
