@@ -11,6 +11,7 @@ fail the search: whatever happens there, the keyword results stand.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -217,6 +218,90 @@ def has_evidence(
     return any(row.get("lift") is None or row["lift"] >= floor for row in semantic)
 
 
+def relevance(evidence: float | None, needed: float, lift: float | None, floor: float) -> float | None:
+    """How strongly a result matches, from 0 to 1, for the agent and the user to read: 0.5 is the
+    relevance floor, 1 twice it or more.
+
+    The stronger of the two sides counts: keyword evidence (its conversation's bm25) over the
+    evidence the query needs (:func:`keyword_evidence`), and the semantic lift over the model's
+    floor. None when neither side can be judged (only LIKE matches; no semantic background)."""
+    parts = []
+    if evidence is not None and needed > 0:
+        parts.append(evidence / needed)
+    if lift is not None and floor > 0:
+        parts.append(lift / floor)
+    if not parts:
+        return None
+    return round(min(1.0, max(0.0, max(parts) / 2)), 2)
+
+
+def evidence_by_conversation(
+    keyword: Sequence[dict[str, Any]], semantic: Sequence[dict[str, Any]]
+) -> tuple[dict[str, float | None], dict[str, float | None]]:
+    """Each conversation's keyword evidence (:func:`_strength`, its best) and semantic lift (its
+    best message's; ``approximate_lift`` where the scope is too small for a background)."""
+    words: dict[str, float | None] = {}
+    for row in keyword:
+        strength = _strength(row)
+        group = _conversation(row)
+        if strength is not None and (words.get(group) is None or strength > words[group]):
+            words[group] = strength
+        else:
+            words.setdefault(group, strength)
+    meaning: dict[str, float | None] = {}
+    for row in semantic:
+        lift = row.get("lift")
+        if lift is None:
+            lift = row.get("approximate_lift")
+        group = _conversation(row)
+        if lift is not None and (meaning.get(group) is None or lift > meaning[group]):
+            meaning[group] = lift
+        else:
+            meaning.setdefault(group, lift)
+    return words, meaning
+
+
+# How much a conversation's other semantic hits add to its best one (rank_semantic_conversations).
+SEMANTIC_SPREAD = 0.2
+
+
+def semantic_strength(row: dict[str, Any]) -> float:
+    """A semantic hit's strength: its lift, else its lift against a mean it weighs in, else its cosine."""
+    for key in ("lift", "approximate_lift", "score"):
+        if row.get(key) is not None:
+            return float(row[key])
+    return 0.0
+
+
+def rank_semantic_conversations(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Semantic hits (one per message: its best chunk) grouped by conversation, the conversations
+    ordered by their best hit plus :data:`SEMANTIC_SPREAD` times the log of one plus the other
+    hits' positive strength; each conversation's rows stay in their order.
+
+    A conversation that comes back to the question in several messages is likelier the one asked
+    about than one with a single close message; a long message (a log, a diff cut into many
+    chunks) counts once, by its best chunk, so it cannot drown the conversation's prose.
+    """
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(_conversation(row), []).append(row)
+
+    def score(members: list[dict[str, Any]]) -> float:
+        strengths = [semantic_strength(m) for m in members]
+        best = max(strengths)
+        rest = sum(max(0.0, x) for x in strengths) - max(0.0, best)
+        return best + SEMANTIC_SPREAD * math.log1p(rest)
+
+    scores = {group: score(members) for group, members in groups.items()}
+    order = sorted(groups, key=lambda group: -scores[group])  # stable: ties keep the hits' order
+    return [row for group in order for row in groups[group]]
+
+
+def clears_floor(row: dict[str, Any], floor: float) -> bool:
+    """Does a semantic hit reach the floor (or can it not be judged: no background)?"""
+    return floor <= 0 or row.get("lift") is None or row["lift"] >= floor
+
+
 # A keyword winner this much stronger than the runner-up stays first whatever semantic says.
 CLEAR_WINNER_RATIO = 1.2
 
@@ -281,6 +366,7 @@ def shape_results(
     needles: Sequence[str],
     profile: str,
     matched_text: Callable[[dict[str, Any]], str | None] | None = None,
+    strength: Callable[[dict[str, Any]], float] | None = None,
 ) -> list[dict[str, Any]]:
     """Spec §4.5 rows. A hit in a later part of a compressed conversation names the session that
     holds the message and, as ``parent_session_id``, the conversation's first session (the key
@@ -299,6 +385,8 @@ def shape_results(
             "score_source": row.get("score_source", "keyword"),
             "when": format_when(row.get("timestamp")),
         }
+        if strength is not None:
+            result["relevance"] = strength(row)
         if conversation != session_id:
             result["parent_session_id"] = conversation
         results.append(result)
@@ -412,6 +500,7 @@ class _Search:
             for row in outcome.rows
             if row["session_id"] in in_scope
         ]
+        rows = rank_semantic_conversations(rows)
         found = Found(keyword=keyword, semantic=outcome, semantic_rows=rows)
         if mode == "semantic" and not rows:
             # Semantic search cannot answer (yet): the keyword results the agent can still use.
@@ -420,11 +509,13 @@ class _Search:
 
     def rank(self, question: Question, found: Found) -> tuple[list[dict[str, Any]], bool]:
         """The ranked rows, and whether hybrid held them back below the relevance floor."""
+        embedding = self.env.settings.embedding
         if question.mode == "keyword" or not found.semantic_rows:
             return [{**row, "score_source": "keyword"} for row in found.keyword], False
         if question.mode == "semantic":
-            return [{**row, "score_source": "semantic"} for row in found.semantic_rows], False
-        embedding = self.env.settings.embedding
+            # No padding: semantic search always has nearest neighbours, near or not.
+            kept = [row for row in found.semantic_rows if clears_floor(row, relevance_floor(embedding))]
+            return [{**row, "score_source": "semantic"} for row in kept], not kept
         ranked = fuse_rankings(
             found.keyword,
             found.semantic_rows,
@@ -467,6 +558,15 @@ class _Search:
             ]
         titles = self.db.titles({id_ for row in best for id_ in (row["session_id"], _conversation(row))})
         framing = found.semantic.framing
+        words, meaning = evidence_by_conversation(found.keyword, found.semantic_rows)
+        floor = relevance_floor(self.env.settings.embedding)
+        needed = keyword_evidence(len(question.plan.topical()))
+
+        def strength(row: dict[str, Any]) -> float:
+            group = _conversation(row)
+            judged = relevance(words.get(group), needed, meaning.get(group), floor)
+            return judged if judged is not None else round(0.5 * float(row.get("like_share", 1.0)), 2)
+
         return {
             "success": True,
             "mode": question.mode,
@@ -477,6 +577,7 @@ class _Search:
                 question.needles,
                 self.env.profile,
                 lambda row: self.semantic.matched_text(self.db, row, framing),
+                strength,
             ),
             "sessions_in_scope": self.scope.sessions_in_scope,
             "semantic_status": found.semantic.status,

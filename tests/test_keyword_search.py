@@ -71,6 +71,8 @@ def test_result_shape_link_title_snippet_and_when(world):
         else:
             os.environ["TZ"] = original_tz
         time.tzset()
+    relevance = result["results"][0].pop("relevance")  # added to spec §4.5's fields
+    assert isinstance(relevance, float) and 0.0 <= relevance <= 1.0
     assert result == {
         "success": True,
         "mode": "keyword",
@@ -1178,7 +1180,7 @@ def test_an_identifier_is_found_as_written_and_ranks_above_its_words(world):
     assert "SUPABASE_ACCESS_TOKEN" in result["results"][0]["snippet"]
 
 
-# --------------------------------------------------------------------------- tool calls
+# --------------------------------------------------------------------------- tool calls, relevance
 
 
 def test_a_match_only_in_a_tool_call_is_no_result(world):
@@ -1211,3 +1213,23 @@ def test_a_match_only_in_a_tool_call_is_no_result(world):
     for query in ("project history search", "project_history_search", "query", "results"):
         assert session_ids(world.search(now, query, limit=10)) == [], query
     assert session_ids(world.search(now, "look", limit=10)) == [chatty]
+
+
+def test_every_result_shows_its_relevance_and_keeps_the_spec_fields(world):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    strong = world.session(repo, [("user", "the flamingo export pipeline writes parquet files nightly")])
+    weak = world.session(repo, [("user", "a pipeline of some sort")])
+    for n in range(30):  # bm25 needs a corpus to weigh words against
+        world.session(repo, [("user", f"notes on meeting {n} about the budget"), ("assistant", "noted")])
+    now = world.session(repo)
+    result = world.search(now, "flamingo export pipeline parquet", limit=5)
+    assert session_ids(result) == [strong, weak]
+    fields = {"session_id", "link", "title", "message_id", "snippet", "score_source", "when", "relevance"}
+    for item in result["results"]:
+        assert set(item) == fields
+        assert 0.0 <= item["relevance"] <= 1.0
+    first, second = (r["relevance"] for r in result["results"])
+    assert first > 0.5 > second  # 0.5: the relevance floor
+    cjk = world.search(now, "归属", limit=5)  # no bm25 to weigh: a substring match
+    assert all(0.0 <= r["relevance"] <= 1.0 for r in cjk["results"])

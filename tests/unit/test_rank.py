@@ -1,5 +1,5 @@
-"""fulltext/rank.py's pure parts: how a conversation's matching messages add up, and what a tool
-call's columns may not decide."""
+"""fulltext/rank.py's pure parts and search.py's relevance: how a conversation's matching
+messages add up, what a tool call's columns may not decide, and the figure each result shows."""
 
 from __future__ import annotations
 
@@ -13,6 +13,11 @@ from hypothesis import strategies as st
 @pytest.fixture
 def rank(phr):
     return phr.module("fulltext.rank")
+
+
+@pytest.fixture
+def search(phr):
+    return phr.search
 
 
 def test_a_conversations_score_is_its_best_plus_the_log_of_the_rest(rank):
@@ -69,3 +74,40 @@ def test_a_match_only_in_tool_call_columns_is_no_match(rank, phr):
     assert rank.only_in_text(words, "search every session", calls) == 1.0
     assert rank.only_in_text(words, "search every session", "") == 1.0
     assert rank.only_in_text([term("归属", "pair")], "项目归属", "") == 1.0
+
+
+def test_relevance_is_half_at_the_floor_and_one_at_twice_it(search):
+    needed, floor = 8.0, 0.28
+    assert search.relevance(8.0, needed, None, floor) == 0.5
+    assert search.relevance(16.0, needed, None, floor) == 1.0
+    assert search.relevance(40.0, needed, None, floor) == 1.0
+    assert search.relevance(2.0, needed, None, floor) == 0.12
+    assert search.relevance(None, needed, 0.28, floor) == 0.5
+    assert search.relevance(None, needed, -0.1, floor) == 0.0
+    # The stronger side counts.
+    assert search.relevance(2.0, needed, 0.42, floor) == 0.75
+    assert search.relevance(None, needed, None, floor) is None
+    assert search.relevance(None, needed, 0.3, 0) is None  # floor off: the lift means nothing
+
+
+def test_each_conversations_evidence_is_its_strongest(search):
+    keyword = [
+        {"conversation": "A", "session_id": "A", "evidence": 9.0},
+        {"conversation": "A", "session_id": "A", "evidence": 9.0},
+        {"conversation": "B", "session_id": "B", "evidence": None},
+    ]
+    semantic = [
+        {"session_id": "A", "lift": 0.1},
+        {"session_id": "A", "lift": 0.3},
+        {"session_id": "C", "lift": None, "approximate_lift": 0.2},
+    ]
+    words, meaning = search.evidence_by_conversation(keyword, semantic)
+    assert words == {"A": 9.0, "B": None}
+    assert meaning == {"A": 0.3, "C": 0.2}
+
+
+def test_semantic_hits_clear_the_floor_or_cannot_be_judged(search):
+    assert search.clears_floor({"lift": 0.3}, 0.28)
+    assert not search.clears_floor({"lift": 0.2}, 0.28)
+    assert search.clears_floor({"lift": None, "approximate_lift": 0.01}, 0.28)
+    assert search.clears_floor({"lift": 0.01}, 0)
