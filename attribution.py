@@ -26,6 +26,7 @@ path both receive that group, so they can never disagree about scope.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -46,7 +47,7 @@ POSIX_ROOT, UNC_ROOT, DRIVE_RELATIVE_ROOT = "/", "//", "\\"
 
 def is_windows_path(path: str | None) -> bool:
     """A drive-letter (``C:\\``, ``c:/``) or backslash-rooted (``\\\\srv``, ``\\Users``) path."""
-    value = (path or "").strip()
+    value = path or ""
     return bool(_DRIVE.match(value)) or value.startswith("\\")
 
 
@@ -54,8 +55,9 @@ def path_parts(path: str | None) -> Parts:
     """The comparison form of an absolute path: its root kind, then its normalised segments.
 
     ``()`` for an empty or relative path (it names no place). Windows segments are case-folded.
+    Nothing is trimmed: ``/x/app `` and ``/x/app`` are two folders, as the file system says.
     """
-    value = (path or "").strip()
+    value = path or ""
     drive = _DRIVE.match(value)
     if drive:
         anchor, rest, fixed, windows = drive.group(1).casefold() + ":", value[2:], 0, True
@@ -109,10 +111,10 @@ def trusted_repo_root(cwd: str | None, git_repo_root: str | None, worktree_root:
     ``worktree_root`` is the checkout that git says holds the cwd: a linked worktree outside
     its main repository (``~/code/app-wt-x`` of ``~/code/app``) keeps the main repo's root.
     """
-    root = (git_repo_root or "").strip()
+    root = git_repo_root or ""
     if not root:
         return ""
-    cwd = (cwd or "").strip()
+    cwd = cwd or ""
     if cwd and not is_path_under(root, cwd) and not is_path_under(worktree_root, cwd):
         return ""
     return root
@@ -180,7 +182,7 @@ def resolve_project(
     - ``{"kind": "home"}``: neither.
     """
     index = projects if isinstance(projects, FolderIndex) else FolderIndex(projects)
-    cwd = (session_row.get("cwd") or "").strip()
+    cwd = session_row.get("cwd") or ""
     repo_root = trusted_repo_root(cwd, session_row.get("git_repo_root"), session_row.get("git_worktree_root"))
 
     best, best_depth = None, -1
@@ -208,6 +210,22 @@ def scope_key(identity: Mapping[str, Any]) -> tuple[str, str]:
     if kind == "auto":
         return ("auto", str(identity.get("key")))
     return ("home", "")
+
+
+#: How a command names an automatic repo project: ``repo-`` and 12 hex digits of its key's digest.
+REPO_KEY = re.compile(r"repo-[0-9a-f]{12}")
+
+
+def project_key(identity: Mapping[str, Any]) -> str:
+    """A short name for a project that a printed command can carry: the explicit project's id
+    (``p_`` and 8 hex digits), or ``repo-`` and a digest of an automatic repo's path. Never the
+    path itself: a folder's name is chosen by whoever cloned the repository."""
+    kind, value = scope_key(identity)
+    if kind == "explicit":
+        return value
+    if kind == "auto":
+        return "repo-" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return ""
 
 
 def same_project(identity: Mapping[str, Any], other: Mapping[str, Any]) -> bool:

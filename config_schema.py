@@ -70,6 +70,13 @@ class EmbeddingSettings:
 class Settings:
     embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
     problems: tuple[str, ...] = ()
+    #: The keys config.yaml sets (valid or not). Until one of them names a provider, a model or
+    #: an endpoint (``setup`` writes them), the provider is the spec's default, which nobody chose.
+    chosen: frozenset[str] = frozenset()
+
+    @property
+    def provider_chosen(self) -> bool:
+        return bool(self.chosen & {"provider", "model", "base_url", "model_path"})
 
 
 # key -> (type, check, expected form for the message)
@@ -160,6 +167,7 @@ def parse_settings(spec_section: Any = None, entries_settings: Any = None) -> Se
     """Merge defaults ← ``plugins.project-history-recall`` ← ``plugins.entries.<key>.settings``."""
     merged: dict[str, Any] = {}
     problems: list[str] = []
+    chosen: set[str] = set()
     for where, section in (
         (f"plugins.{PLUGIN_KEY}", spec_section),
         (f"plugins.entries.{PLUGIN_KEY}.settings", entries_settings),
@@ -168,6 +176,7 @@ def parse_settings(spec_section: Any = None, entries_settings: Any = None) -> Se
             problems.append(f"{where} must be a mapping; ignored")
             continue
         for key, raw in _embedding_section(section).items():
+            chosen.add(str(key))
             if key not in _RULES:
                 problems.append(f"{where}.embedding.{key} is not a known setting; ignored")
                 continue
@@ -199,7 +208,7 @@ def parse_settings(spec_section: Any = None, entries_settings: Any = None) -> Se
             f"embedding.chunk_size ({embedding.chunk_size}); using {embedding.chunk_size // 8}"
         )
         embedding = replace(embedding, chunk_overlap=embedding.chunk_size // 8)
-    return Settings(embedding=embedding, problems=tuple(problems))
+    return Settings(embedding=embedding, problems=tuple(problems), chosen=frozenset(chosen))
 
 
 def endpoint_url(embedding: EmbeddingSettings) -> str:

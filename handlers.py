@@ -25,17 +25,25 @@ logger = logging.getLogger(__name__)
 
 TOOLSET = "project_history"
 
+#: What Hermes 0.20 lists for the tool in its deferred catalog (``tool_search``): the description's
+#: first sentence, cut at 60 characters. It must say when to use the tool.
+SEARCH_WHEN = "Use when asked about earlier work in this project."
+
 SEARCH_SCHEMA = {
     "name": "project_history_search",
     "description": (
+        # The first sentence is all Hermes 0.20's deferred tool catalog shows (up to 60
+        # characters): it says when to use the tool. Then spec §4.1's description.
+        f"{SEARCH_WHEN} "
         "Search past conversations in the SAME project as this one. "
         "Returns actual messages from other sessions, with links. "
         "Use when the user asks about prior work on this codebase: "
         "'what did we decide about X', 'where did we leave Y'. "
+        "Prefer this over session_search inside a project. "
         "Modes: 'hybrid' (default, keyword + semantic), 'keyword' "
         "(exact terms), 'semantic' (similar meaning). "
-        "Prefer this over session_search inside a project; if the result says this "
-        "conversation is in no project (sessions_in_scope 0), use session_search instead. "
+        "If the result says this conversation is in no project (sessions_in_scope 0), use "
+        "session_search instead. "
         "To read around a hit, call session_search(session_id=<result session_id>, "
         "around_message_id=<result message_id>). "
         "Each result's 'relevance' (0 to 1) says how strongly it matches: 0.5 or more is a "
@@ -80,7 +88,8 @@ MOVE_SCHEMA = {
         "Move this conversation to a different project. The working directory "
         "switches to the target project's folder, and future history searches "
         "will look in the new project. Use when the user says 'move this to X' "
-        "or 'this belongs to project Y'. Accepts the project's id, slug or name; "
+        "or 'this belongs to project Y'. Accepts the project's id, slug or name, or a git "
+        "repository project as search shows it ({'kind': 'auto', 'key': '/path'}) as 'repo:/path'; "
         "if the project is not found, the result lists the projects (id and name) to retry with."
     ),
     "parameters": {
@@ -89,9 +98,10 @@ MOVE_SCHEMA = {
             "project_id": {
                 "type": "string",
                 "description": (
-                    "Target project: its id (e.g. 'p_abc123'), slug or name. Use '' to "
-                    "remove from any project (moves to Home). The conversation's working "
-                    "directory changes to the project's primary folder."
+                    "Target project: its id (e.g. 'p_abc123'), slug or name, or 'repo:<path>' for "
+                    "a git repository project. Use '' to remove from any project (moves to Home). "
+                    "The conversation's working directory changes to the project's primary folder "
+                    "(a repository's root)."
                 ),
             },
         },
@@ -188,6 +198,8 @@ def project_session_move(process: ProcessState, args: dict[str, Any], **kwargs: 
     project_id = args.get("project_id")
     if not isinstance(project_id, str):  # null too: Home is '' and only ''
         return _error(NOT_A_STRING)
+    if project_id and not project_id.strip():
+        return _error("project_id is blank: a project id such as 'p_abc123', or '' (empty) for Home")
     session_id = current_session_id(kwargs)
     if not session_id:
         return _error("no current session to move (the call carried no session id)")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -32,7 +32,7 @@ from .fulltext import (
 from .projects import ProjectMap, Scope
 from .semantic import Semantic, SemanticOutcome
 from .store import HermesDB, HermesEnv, NoSessionDatabase, message_text
-from .text import make_snippet
+from .text import clean_title, make_snippet
 
 if TYPE_CHECKING:
     from . import ProcessState
@@ -366,20 +366,29 @@ def shape_results(
     needles: Sequence[str],
     profile: str,
     matched_text: Callable[[dict[str, Any]], str | None] | None = None,
+    in_scope: Container[str] | None = None,
     strength: Callable[[dict[str, Any]], float] | None = None,
 ) -> list[dict[str, Any]]:
     """Spec §4.5 rows. A hit in a later part of a compressed conversation names the session that
     holds the message and, as ``parent_session_id``, the conversation's first session (the key
-    Hermes's ``session_search`` uses for the lineage root). A semantic hit's snippet is the text
-    the model matched (``matched_text``, computed here for the returned rows only)."""
+    Hermes's ``session_search`` uses for the lineage root), when that session is in this project
+    (``in_scope``): a conversation moved here from another project shows nothing of the other
+    one, neither its session id nor its title. A semantic hit's snippet is the text the model
+    matched (``matched_text``, computed here for the returned rows only). Titles are cleaned and
+    redacted like snippets: a title is text of the conversation too."""
     results = []
     for row in rows:
         session_id, conversation = row["session_id"], _conversation(row)
+        parent = (
+            conversation
+            if conversation != session_id and (in_scope is None or conversation in in_scope)
+            else None
+        )
         matched = matched_text(row) if matched_text and row.get("matched_chunk") is not None else None
         result = {
             "session_id": session_id,
             "link": session_link(session_id, profile),
-            "title": titles.get(session_id) or titles.get(conversation),
+            "title": clean_title(titles.get(session_id) or (titles.get(parent) if parent else None)),
             "message_id": row["message_id"],
             "snippet": make_snippet(matched or message_text(row.get("content")), needles),
             "score_source": row.get("score_source", "keyword"),
@@ -387,8 +396,8 @@ def shape_results(
         }
         if strength is not None:
             result["relevance"] = strength(row)
-        if conversation != session_id:
-            result["parent_session_id"] = conversation
+        if parent:
+            result["parent_session_id"] = parent
         results.append(result)
     return results
 
@@ -577,6 +586,7 @@ class _Search:
                 question.needles,
                 self.env.profile,
                 lambda row: self.semantic.matched_text(self.db, row, framing),
+                self.scope.conversation_of,
                 strength,
             ),
             "sessions_in_scope": self.scope.sessions_in_scope,
@@ -602,7 +612,9 @@ class _Search:
         else:
             result["message"] = "No matching messages in this project's other sessions"
         if outcome.status == "consent_required" and question.mode != "keyword":
-            result["semantic_consent"] = self.semantic.consent_request(self.scope.identity)
+            result["semantic_consent"] = self.semantic.consent_request(
+                self.scope.identity, self.scope.folders
+            )
         return result
 
 

@@ -66,7 +66,55 @@ def hermes_home() -> Path:
 
 def install_command(*packages: str) -> str:
     """The exact command that installs ``packages`` for the Python running Hermes (not any other)."""
-    return f"{shlex.quote(sys.executable)} -m pip install {' '.join(packages)}"
+    return " ".join(shlex.quote(part) for part in (sys.executable, "-m", "pip", "install", *packages))
+
+
+def hermes_program() -> str:
+    """The command the user runs Hermes with: ``hermes``, or ``hermesx`` for the 0.20 build that
+    names its entry point so. The running program when it is one of Hermes's console scripts
+    (``hermes_cli.main:main``), else the one such script installed, else ``hermes``."""
+    scripts = _hermes_scripts()
+    ran = os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else "")
+    ran = ran.removesuffix(".exe")
+    if ran in scripts:
+        return ran
+    if "hermes" in scripts or not scripts:
+        return "hermes"
+    return scripts[0]
+
+
+def _hermes_scripts() -> tuple[str, ...]:
+    try:
+        from importlib.metadata import entry_points
+
+        return tuple(
+            sorted(
+                {
+                    entry.name
+                    for entry in entry_points(group="console_scripts")
+                    if entry.value.replace(" ", "") == "hermes_cli.main:main"
+                }
+            )
+        )
+    except Exception:
+        return ()
+
+
+def command_line(*args: str, profile: str | None = None) -> str:
+    """A Hermes command that pastes into a shell as it is: the program the user runs, ``-p`` and
+    the profile when it is not the default one, then ``args``, every word quoted where a shell
+    would read it otherwise (so a folder or project name can never run as a command)."""
+    if profile is None:
+        profile = _active_profile_name()
+    words = [hermes_program()]
+    if profile and profile not in ("default", "custom"):
+        words += ["-p", profile]
+    return " ".join(shlex.quote(word) for word in (*words, *args))
+
+
+def hint(*args: str) -> str:
+    """:func:`command_line` as a message shows it: between backticks."""
+    return f"`{command_line(*args)}`"
 
 
 def _active_profile_name() -> str:
@@ -357,14 +405,15 @@ class HermesDB:
         ).fetchone()
         return dict(row) if row else None
 
-    def session_links(self) -> list[tuple[str, str | None, str | None, int, str | None]]:
-        """Every session as ``(id, cwd, git_repo_root, visible, continues)``, oldest first.
+    def session_links(self) -> list[tuple[str, str | None, str | None, int, str | None, str | None]]:
+        """Every session as ``(id, cwd, git_repo_root, visible, continues, profile)``, oldest first.
 
         ``visible``: 1 when it can be a search result (not archived, not hidden, a person's).
         ``continues``: the session it continues after Hermes compressed the context, as
         ``SessionDB.get_compression_tip`` follows it (the parent ended with ``compression``; not
-        a branch, a delegation or a tool run), else None. Plain tuples: this is read on every
-        change of state.db and holds every session.
+        a branch, a delegation or a tool run), else None. ``profile``: the profile the session was
+        recorded under (``profile_name``; None for the default profile and older rows). Plain
+        tuples: this is read on every change of state.db and holds every session.
         """
         columns = self.schema.session_columns
 
@@ -377,6 +426,7 @@ class HermesDB:
             )
 
         cwd = "s.cwd" if "cwd" in columns else "NULL"
+        profile = "s.profile_name" if "profile_name" in columns else "NULL"
         root = "s.git_repo_root" if "git_repo_root" in columns else "NULL"
         if "parent_session_id" in columns and "end_reason" in columns:
             continues = (
@@ -390,7 +440,7 @@ class HermesDB:
         order = "s.started_at, s.id" if "started_at" in columns else "s.id"
         sql = (
             f"SELECT s.id, {cwd}, {root}, CASE WHEN {self.schema.visible_session_sql} THEN 1 ELSE 0 END, "
-            f"{continues} FROM sessions s {join} ORDER BY {order}"
+            f"{continues}, {profile} FROM sessions s {join} ORDER BY {order}"
         )
         conn = self.conn
         factory, conn.row_factory = conn.row_factory, None

@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import layout
 import locomo
 import metrics
 import models_setup
@@ -71,19 +72,18 @@ def select(conversations: list[locomo.Conversation], split: str, limit: int) -> 
 
 
 def build_index(plugin, built: world.Built, settings) -> dict:
-    """Index every project through ``indexer.index_scope`` (as ``hermes project-history index``
-    does); timing and provider time."""
-    env = world.module("hermes_env").HermesEnv.current()
-    hermes_db, indexer, scope = (world.module(n) for n in ("hermes_db", "indexer", "scope"))
-    embedder = world.module("embedders").make_embedder(settings.embedding, env.api_key())
+    """Index every project through ``index_scope`` (as ``hermes project-history index`` does), with
+    the embedder searches use; timing and provider time."""
+    env = layout.env(plugin)
+    embedder = layout.embedder(plugin, settings.embedding, env.api_key())
     before_seconds, before_texts = embedder.provider_seconds, embedder.texts_embedded
     started = time.perf_counter()
     written = 0
-    with hermes_db.HermesDB.open(env) as db:
-        project_map = scope.ProjectMap(db)
+    with layout.open_db(plugin, env) as db:
+        project_map = layout.project_map(plugin, db)
         scopes = [project_map.resolve_scope(fresh, "") for fresh in built.fresh.values()]
     for found in scopes:
-        n, complete = indexer.index_scope(env, found.identity, found.session_ids, embedder)
+        n, complete = layout.indexer(plugin).index_scope(env, found.identity, found.session_ids, embedder)
         assert complete, "index incomplete"
         written += n
     return {

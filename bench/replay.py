@@ -1,16 +1,16 @@
 """Ranking levers replayed on LoCoMo without the dispatcher: ``run_search``'s body, step by step.
 
     .venv/bin/python bench/replay.py --model minilm --verify bench/results/quality-minilm.json
-    .venv/bin/python bench/replay.py --model e5 --variants base,sem_second:0.1
+    .venv/bin/python bench/replay.py --model e5 --variants base,no_common,sem_agg:0.3
 
 Scope resolution, the index check and the query embedding do not change with a ranking lever, so
 they are done once per process (each question's vector is embedded once, on the provider the
-plugin uses); every variant then re-runs the keyword path, ``semantic.hits_with_lift`` and
-``semantic._rows`` on the live databases, fusion, the clear-winner rule, the relevance floor, the
-date promotion and ``best_per_session``, each of them the loaded plugin's own function unless the
-variant replaces it (``VARIANTS`` below). ``--verify FILE`` compares the ``base`` variant with a
-``quality.py --json`` run of the same code: every ranking of every mode and every off-topic count
-must be equal, or the replay does not stand for the tool.
+plugin uses); every variant then re-runs the keyword path (``fulltext``), ``hits_with_lift``
+(``semantic.matrix``) and ``semantic._rows`` on the live databases, fusion, the clear-winner rule,
+the relevance floor, the date promotion and ``best_per_session``, each of them the loaded plugin's
+own function unless the variant replaces it (``VARIANTS`` below). ``--verify FILE`` compares the
+``base`` variant with a ``quality.py --json`` run of the same code: every ranking of every mode and
+every off-topic count must be equal, or the replay does not stand for the tool.
 
 Figures: hybrid, keyword and semantic on all / tune / check, the off-topic mean and share of none
 (each question asked in the next conversation's project at limit 3), and per variant the change in
@@ -31,6 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import layout
 import locomo
 import metrics
 import models_setup
@@ -46,7 +47,7 @@ OFFTOPIC_LIMIT = 3
 class Hooks:
     """The steps of ``run_search`` a variant may replace (None: the plugin's own)."""
 
-    keyword_messages: Callable | None = None
+    keyword_messages: Callable | None = None  # (reader, plan, in_scope, want, **) as fulltext's
     semantic_rows: Callable | None = None  # (replay, matrix, vector, top_k, db) -> rows (before scope)
     fuse: Callable | None = None
     clear_winner: Callable | None = None
@@ -67,22 +68,23 @@ class Replay:
         self._stack = models_setup.embedding_config(args)
         key, embedding = self._stack.__enter__()
         self.built = world.build_home(key, self.conversations)
-        plugin = world.activate(self.built.home)
+        self.plugin = plugin = world.activate(self.built.home)
         self.settings = world.configure(plugin, embedding)
         quality.build_index(plugin, self.built, self.settings)
-        self.search, self.semantic = world.module("search"), world.module("semantic")
+        # run_search's steps live in search (fusion, floor, shape), fulltext.query (the plan),
+        # fulltext.rank (keyword ranking, common words), semantic.matrix (top-k) and semantic (rows).
+        self.search, self.semantic = plugin.search, plugin.semantic
+        self.query, self.rank = plugin.fulltext.query, plugin.fulltext.rank
+        self.matrix_math = layout.matrix_math(plugin)
         self.config_schema = world.module("config_schema")
-        env = world.module("hermes_env").HermesEnv.current()
-        hermes_db, index_db, scope = (world.module(n) for n in ("hermes_db", "index_db", "scope"))
-        self.embedder = world.module("embedders").make_embedder(self.settings.embedding, env.api_key())
-        self.db = hermes_db.HermesDB.open(env)
-        project_map = scope.ProjectMap(self.db)
+        env = layout.env(plugin)
+        self.embedder = layout.embedder(plugin, self.settings.embedding, env.api_key())
+        self.db = layout.open_db(plugin, env)
+        project_map = layout.project_map(plugin, self.db)
         self.scopes = {c: project_map.resolve_scope(f, "") for c, f in self.built.fresh.items()}
-        with index_db.IndexStore.open_readonly(env.index_path) as store:
+        with layout.index_store(plugin).IndexStore.open_readonly(env.index_path) as store:
             self.matrices = {
-                c: self.semantic.MATRICES.matrix(
-                    self.db, store, self.embedder.fingerprint, s.session_ids, self.semantic.scope_file_key(s)
-                )
+                c: layout.scope_matrix(plugin, self.db, store, self.embedder.fingerprint, s)
                 for c, s in self.scopes.items()
             }
         started = time.perf_counter()
@@ -94,7 +96,12 @@ class Replay:
         self.own = {c: {s for s, (cc, _) in self.built.sessions.items() if cc == c} for c in self.built.fresh}
         self.by_key = {(c, n): s for s, (c, n) in self.built.sessions.items()}
         self.number = {s: n for s, (_, n) in self.built.sessions.items()}
-        self.asked = {"keyword": 0, "embedded": 0}  # _evidence_as_asked: calls, and query embeddings
+        self.asked = {"keyword": 0, "embedded": 0}  # evidence_as_asked: calls, and query embeddings
+
+    def reader(self) -> Any:
+        """A search's full-text reader over the replay's connection (one per search, as
+        ``run_search`` makes one per call; the scope ids it loads are the process's)."""
+        return layout.fulltext_reader(self.plugin, self.db)
 
     def vector(self, text: str) -> Any:
         if text not in self.vectors:
@@ -108,33 +115,34 @@ class Replay:
     # ------------------------------------------------------------------ run_search, step by step
 
     def answer(self, text: str, conversation: str, mode: str, limit: int, hooks: Hooks) -> list[str]:
-        S, sem, db = self.search, self.semantic, self.db
+        S, Q, R, M, sem, db = self.search, self.query, self.rank, self.matrix_math, self.semantic, self.db
         self.current_text, self.current_conversation = text, conversation
         embedding = replace(self.settings.embedding, **hooks.settings)
-        keyword_messages = hooks.keyword_messages or S.keyword_messages
+        keyword_messages = hooks.keyword_messages or R.keyword_messages
+        reader = self.reader()
         scope = self.scopes[conversation]
-        plan = S.plan_query(text)
+        plan = Q.plan_query(text)
         in_scope = scope.conversation_of
-        windows = S.date_windows(text)
+        windows = Q.date_windows(text)
         common = frozenset()
-        if hasattr(S, "common_words") and hooks.no_common not in (True, "both"):
-            common = S.common_words(db, plan, in_scope)
+        if hooks.no_common not in (True, "both"):
+            common = R.common_words(reader, plan, in_scope)
         narrowed = {"leave_out": common} if common and hooks.no_common != "keyword" else {}
         keyword: list[dict] = []
         if mode != "semantic":
             keyword = keyword_messages(
-                db, plan, in_scope, limit, only_best=mode == "keyword" and not windows, **narrowed
+                reader, plan, in_scope, limit, only_best=mode == "keyword" and not windows, **narrowed
             )
         semantic_rows: list[dict] = []
         semantic_evidence = None
         if mode != "keyword":
             matrix = self.matrices[conversation]
             narrow_vector = common and hooks.no_common != "semantic"
-            vector = self.vector(S.without_words(text, common)) if narrow_vector else self.vectors[text]
+            vector = self.vector(Q.without_words(text, common)) if narrow_vector else self.vectors[text]
             if hooks.semantic_rows:
                 rows = hooks.semantic_rows(self, matrix, vector, embedding.top_k, db)
             else:
-                hits, mean, judged = sem.hits_with_lift(matrix, vector, embedding.top_k)
+                hits, mean, judged = M.hits_with_lift(matrix, vector, embedding.top_k)
                 rows = sem._rows(db, hits, mean, judged)
             semantic_evidence = getattr(rows, "evidence_rows", None)
             semantic_rows = [
@@ -143,7 +151,7 @@ class Replay:
                 if row["session_id"] in in_scope
             ]
         if mode == "semantic" and not semantic_rows:
-            keyword = keyword_messages(db, plan, in_scope, limit, only_best=not windows, **narrowed)
+            keyword = keyword_messages(reader, plan, in_scope, limit, only_best=not windows, **narrowed)
         if mode == "keyword" or not semantic_rows:
             ranked = keyword
         elif mode == "semantic":
@@ -167,23 +175,23 @@ class Replay:
                 and not (
                     common
                     and not hooks.no_as_asked
-                    and self._evidence_as_asked(text, conversation, plan, limit, floor, terms)
+                    and self._evidence_as_asked(reader, text, conversation, plan, limit, floor, terms)
                 )
             ):
                 ranked = []
         best = S.best_per_session(S.promote_dated(db, ranked, windows), limit)
         return [row["session_id"] for row in best]
 
-    def _evidence_as_asked(self, text, conversation, plan, limit, floor, terms) -> bool:
-        """``search._evidence_as_asked`` on the recorded matrix and vector of the query as asked."""
-        S, sem = self.search, self.semantic
+    def _evidence_as_asked(self, reader, text, conversation, plan, limit, floor, terms) -> bool:
+        """``_Search.evidence_as_asked`` on the recorded matrix and vector of the query as asked."""
+        S, R, M, sem = self.search, self.rank, self.matrix_math, self.semantic
         in_scope = self.scopes[conversation].conversation_of
         self.asked["keyword"] += 1
-        if S.has_evidence(S.keyword_messages(self.db, plan, in_scope, limit), [], floor, terms):
+        if S.has_evidence(R.keyword_messages(reader, plan, in_scope, limit), [], floor, terms):
             return True
         self.asked["embedded"] += 1
         top_k = self.settings.embedding.top_k
-        hits, mean, judged = sem.hits_with_lift(self.matrices[conversation], self.vectors[text], top_k)
+        hits, mean, judged = M.hits_with_lift(self.matrices[conversation], self.vectors[text], top_k)
         rows = [r for r in sem._rows(self.db, hits, mean, judged) if r["session_id"] in in_scope]
         return S.has_evidence([], rows, floor, terms)
 
@@ -260,7 +268,7 @@ def _top_k(replay: Replay, arg: str) -> Hooks:
 
 @variant("no_as_asked")
 def _no_as_asked(replay: Replay, arg: str) -> Hooks:
-    """search._evidence_as_asked off: the floor judges the rows ranked without the common words."""
+    """search._Search.evidence_as_asked off: the floor judges the rows ranked without the common words."""
     return Hooks(no_as_asked=True, modes=("hybrid",))
 
 
@@ -290,12 +298,12 @@ def _args(arg: str, *defaults: float) -> list[float]:
 def _stopfix(replay: Replay, arg: str) -> Hooks:
     """``QueryPlan.topical`` compares the bare word with the stopwords: "in?", "for?", "at?" (the
     question's last word carries its "?") are stopwords too (122 of 997 LoCoMo questions)."""
-    S = replay.search
+    Q = replay.query
 
     def topical(self):
-        return [t for t in self.terms if S.bare_word(t.text) not in S._STOPWORDS] or list(self.terms)
+        return [t for t in self.terms if Q.bare_word(t.text) not in Q._STOPWORDS] or list(self.terms)
 
-    return Hooks(patches=[(S.QueryPlan, "topical", topical)])
+    return Hooks(patches=[(Q.QueryPlan, "topical", topical)])
 
 
 def _reorder_sessions(rows: list[dict], key, keep: int = 0) -> list[dict]:
@@ -328,16 +336,16 @@ def _kw_session(replay: Replay, arg: str) -> Hooks:
 
         return key
 
-    return _keyword_reordered(S, key_for, int(keep), bool(hybrid_only))
+    return _keyword_reordered(replay, key_for, int(keep), bool(hybrid_only))
 
 
-def _keyword_reordered(S: Any, key_for, keep: int, hybrid_only: bool) -> Hooks:
+def _keyword_reordered(replay: Replay, key_for, keep: int, hybrid_only: bool) -> Hooks:
     """Hooks whose keyword pass reorders its conversations by ``key_for(plan)`` (see
     :func:`_reorder_sessions`); with ``hybrid_only`` keyword mode's own pass is left alone."""
-    plain = S.keyword_messages
+    plain = replay.rank.keyword_messages
 
-    def keyword_messages(db, plan, in_scope, want, *, only_best=False, **narrowed):
-        rows = plain(db, plan, in_scope, want, only_best=only_best, **narrowed)
+    def keyword_messages(reader, plan, in_scope, want, *, only_best=False, **narrowed):
+        rows = plain(reader, plan, in_scope, want, only_best=only_best, **narrowed)
         if hybrid_only and only_best:
             return rows
         return _reorder_sessions(rows, key_for(plan), keep)
@@ -345,12 +353,12 @@ def _keyword_reordered(S: Any, key_for, keep: int, hybrid_only: bool) -> Hooks:
     return Hooks(keyword_messages=keyword_messages)
 
 
-def _term_patterns(search: Any, plan: Any) -> list[Any]:
+def _term_patterns(query: Any, plan: Any) -> list[Any]:
     import re
 
     patterns = []
     for term in plan.topical():
-        word, stem = search.bare_word(term.text), search.stem_prefix(term)
+        word, stem = query.bare_word(term.text), query.stem_prefix(term)
         if stem:
             patterns.append(re.compile(r"\b" + re.escape(stem), re.IGNORECASE))
         elif word:
@@ -366,12 +374,10 @@ def _kw_cover(replay: Replay, arg: str) -> Hooks:
     S = replay.search
 
     def key_for(plan):
-        patterns = _term_patterns(S, plan)
+        patterns = _term_patterns(replay.query, plan)
 
         def covered(row):
-            text = (
-                S.message_text(row.get("content")) if hasattr(S, "message_text") else str(row.get("content"))
-            )
+            text = S.message_text(row.get("content"))
             return {i for i, p in enumerate(patterns) if p.search(text or "")}
 
         def key(group, members):
@@ -381,7 +387,7 @@ def _kw_cover(replay: Replay, arg: str) -> Hooks:
 
         return key
 
-    return _keyword_reordered(S, key_for, int(keep), bool(hybrid_only))
+    return _keyword_reordered(replay, key_for, int(keep), bool(hybrid_only))
 
 
 @variant("sem_agg")
@@ -389,14 +395,14 @@ def _sem_agg(replay: Replay, arg: str) -> Hooks:
     """Semantic conversations by c1 + β·(c2 − mean) + β²·(c3 − mean) over their messages' cosines,
     from the first ``depth`` chunks; the top_k rows reordered; ``β/depth``."""
     beta, depth = _args(arg, 0.3, 200)
-    sem = replay.semantic
+    sem, M = replay.semantic, replay.matrix_math
 
     def semantic_rows(rp, matrix, vector, top_k, db):
-        hits, mean, judged = sem.hits_with_lift(matrix, vector, max(top_k, int(depth)))
+        hits, mean, judged = M.hits_with_lift(matrix, vector, max(top_k, int(depth)))
         by: dict[str, list[float]] = {}
         for _, session_id, _, score in hits:
             by.setdefault(session_id, []).append(score)
-        rows = sem._rows(db, sem.top_messages(matrix, vector, top_k), mean, judged)
+        rows = sem._rows(db, M.top_messages(matrix, vector, top_k), mean, judged)
         m = mean or 0.0
 
         def key(group, members):
@@ -410,26 +416,25 @@ def _sem_agg(replay: Replay, arg: str) -> Hooks:
 
 @variant("neighbour_scan")
 def _neighbour_scan(replay: Replay, arg: str) -> Hooks:
-    return Hooks(patches=[(replay.search, "NEIGHBOUR_SCAN", int(arg))])
+    return Hooks(patches=[(replay.rank, "NEIGHBOUR_SCAN", int(arg))])
 
 
 @variant("neighbour_weight")
 def _neighbour_weight(replay: Replay, arg: str) -> Hooks:
-    return Hooks(patches=[(replay.search, "NEIGHBOUR_WEIGHT", float(arg))])
+    return Hooks(patches=[(replay.rank, "NEIGHBOUR_WEIGHT", float(arg))])
 
 
 _SPREAD: dict[tuple, float] = {}
 
 
-def _spread(replay: Replay, db: Any, term: Any, in_scope: dict) -> float:
+def _spread(replay: Replay, term: Any, in_scope: dict) -> float:
     """Share of the scope's conversations with a message matching ``term`` (as the relaxed pass
     searches it: a plain word as its stem's prefix)."""
-    S = replay.search
     key = (term.fts, id(in_scope))
     if key not in _SPREAD:
-        match = S.QueryPlan.word_match(term)
+        match = replay.query.QueryPlan.word_match(term)
         try:
-            rows = db.fts_messages("messages_fts", match, in_scope, 10**6, per_session=1)
+            rows = replay.reader().fts_messages("messages_fts", match, in_scope, 10**6, per_session=1)
         except Exception:
             rows = []
         _SPREAD[key] = len({in_scope[r["session_id"]] for r in rows}) / max(1, len(set(in_scope.values())))
@@ -441,12 +446,12 @@ def _sem_dropcommon(replay: Replay, arg: str) -> Hooks:
     """The semantic query without the words found in more than ``share`` of the scope's
     conversations (what kw_dropcommon leaves out of the relaxed pass); ``share``."""
     share, own_floor, beta, depth = _args(arg, 0.9, 0, 0, 200)
-    S, sem = replay.search, replay.semantic
+    Q, M, sem = replay.query, replay.matrix_math, replay.semantic
 
     def aggregate(rows, matrix, vector, db):
         if not beta:
             return rows
-        hits, mean, _ = sem.hits_with_lift(matrix, vector, int(depth))
+        hits, mean, _ = M.hits_with_lift(matrix, vector, int(depth))
         by: dict[str, list[float]] = {}
         for _, session_id, _, score in hits:
             by.setdefault(session_id, []).append(score)
@@ -466,19 +471,19 @@ def _sem_dropcommon(replay: Replay, arg: str) -> Hooks:
         conversation = owner[id(matrix)]
         text = rp.current_text
         in_scope = rp.scopes[conversation].conversation_of
-        plan = S.plan_query(text)
+        plan = Q.plan_query(text)
         topical = plan.topical()
-        dropped = {S.bare_word(t.text) for t in topical if _spread(rp, db, t, in_scope) > share}
+        dropped = {Q.bare_word(t.text) for t in topical if _spread(rp, t, in_scope) > share}
         if dropped and len(dropped) < len(topical):
-            words = [w for w in text.split() if S.bare_word(w) not in dropped]
+            words = [w for w in text.split() if Q.bare_word(w) not in dropped]
             narrow = rp.vector(" ".join(words))
-            hits, mean, judged = sem.hits_with_lift(matrix, narrow, top_k)
+            hits, mean, judged = M.hits_with_lift(matrix, narrow, top_k)
             rows = Rows(sem._rows(db, hits, mean, judged))
             if not own_floor:  # the floor judges the query as asked
-                hits, mean, judged = sem.hits_with_lift(matrix, vector, top_k)
+                hits, mean, judged = M.hits_with_lift(matrix, vector, top_k)
                 rows.evidence_rows = sem._rows(db, hits, mean, judged)
             return aggregate(rows, matrix, narrow, db)
-        hits, mean, judged = sem.hits_with_lift(matrix, vector, top_k)
+        hits, mean, judged = M.hits_with_lift(matrix, vector, top_k)
         return aggregate(sem._rows(db, hits, mean, judged), matrix, vector, db)
 
     for conversation, matrix in replay.matrices.items():
@@ -488,7 +493,7 @@ def _sem_dropcommon(replay: Replay, arg: str) -> Hooks:
 
 @variant("no_common")
 def _no_common(replay: Replay, arg: str) -> Hooks:
-    """search.common_words off (the code before round 4): the keyword pass and the semantic query
+    """fulltext.common_words off (the code before round 4): the keyword pass and the semantic query
     keep every word; ``keyword`` / ``semantic``: on that side only (the floor as in the plugin)."""
     return Hooks(no_common=arg or True)
 
@@ -515,8 +520,8 @@ def _floor_common(replay: Replay, arg: str) -> Hooks:
         if S.has_evidence(keyword, semantic, floor, terms):
             return True
         in_scope = replay.scopes[replay.current_conversation].conversation_of
-        plan = S.plan_query(replay.current_text)
-        return any(_spread(replay, replay.db, t, in_scope) > share for t in plan.topical())
+        plan = replay.query.plan_query(replay.current_text)
+        return any(_spread(replay, t, in_scope) > share for t in plan.topical())
 
     return Hooks(has_evidence=has_evidence, modes=("hybrid",))
 
@@ -533,34 +538,30 @@ def _kw_dropcommon(replay: Replay, arg: str) -> Hooks:
     """The relaxed pass leaves out topical words found in more than ``share`` of the scope's
     conversations (a word in every conversation cannot tell them apart); ``share/also_floor``."""
     share, narrow_floor = _args(arg, 0.8, 0)
-    S = replay.search
-    plain = S.keyword_messages
+    plain = replay.rank.keyword_messages
 
-    def spread(db, term, in_scope):
-        return _spread(replay, db, term, in_scope)
-
-    class Narrow(S.QueryPlan):
+    class Narrow(replay.query.QueryPlan):
         pass
 
-    def keyword_messages(db, plan, in_scope, want, *, only_best=False, **narrowed):
+    def keyword_messages(reader, plan, in_scope, want, *, only_best=False, **narrowed):
         topical = plan.topical()
-        kept = [t for t in topical if spread(db, t, in_scope) <= share]
+        kept = [t for t in topical if _spread(replay, t, in_scope) <= share]
         if kept and len(kept) < len(topical):
             narrow = Narrow(items=plan.items, terms=plan.terms)
             object.__setattr__(narrow, "_kept", kept)
-            rows = Rows(plain(db, narrow, in_scope, want, only_best=only_best))
+            rows = Rows(plain(reader, narrow, in_scope, want, only_best=only_best))
             full = None
             if len({r["conversation"] for r in rows}) < want:
                 # too few without the common words: the full relaxed pass after them
-                full = plain(db, plan, in_scope, want, only_best=only_best)
+                full = plain(reader, plan, in_scope, want, only_best=only_best)
                 seen = {r["message_id"] for r in rows}
                 rows.extend(r for r in full if r["message_id"] not in seen)
             if narrow_floor == 1:
                 rows.terms = len(kept)  # the floor's per-word evidence counts the words searched
             elif narrow_floor == 2:  # the floor judges the rows of the whole query
-                rows.evidence_rows = full or plain(db, plan, in_scope, want, only_best=only_best)
+                rows.evidence_rows = full or plain(reader, plan, in_scope, want, only_best=only_best)
             return rows
-        return plain(db, plan, in_scope, want, only_best=only_best)
+        return plain(reader, plan, in_scope, want, only_best=only_best)
 
     def topical(self):
         return self._kept
@@ -576,7 +577,7 @@ def _sem_prf(replay: Replay, arg: str) -> Hooks:
     import numpy as np
 
     alpha, m = _args(arg, 0.3, 3)
-    sem = replay.semantic
+    sem, M = replay.semantic, replay.matrix_math
 
     def semantic_rows(rp, matrix, vector, top_k, db):
         vectors = matrix.matrix.vectors
@@ -588,8 +589,8 @@ def _sem_prf(replay: Replay, arg: str) -> Hooks:
         centroid = np.asarray(vectors[best], dtype=np.float32).mean(axis=0)
         q2 = q + alpha * centroid
         q2 /= np.linalg.norm(q2)
-        _, mean, judged = sem.hits_with_lift(matrix, vector, 1)
-        hits = sem.top_messages(matrix, q2, top_k)
+        _, mean, judged = M.hits_with_lift(matrix, vector, 1)
+        hits = M.top_messages(matrix, q2, top_k)
         # each hit's cosine with the query itself, so lift and the floor mean what they did
         rows_by_message = {}
         qs = np.einsum("ij,j->i", vectors, q)

@@ -37,7 +37,10 @@ reference measured in the same run:
 * bytes per vector in embeddings.db and in the matrix files.
 
 ``--baseline REV`` extracts that revision of the plugin (``git archive``) and measures it on a
-copy of the same state.db with an index written by its own code (``--plugin-dir`` takes a folder).
+copy of the same state.db with an index written by its own code (``--plugin-dir`` takes a folder),
+then prints this checkout over the baseline, figure by figure. The bench reaches the plugin's
+parts through ``layout.py``, which knows the layout since f3f7cb8 and the flat one before it, so
+a revision of either can be the baseline.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import layout
 import models_setup
 import world  # sets a boot HERMES_HOME before Hermes is imported
 
@@ -72,7 +76,6 @@ def set_scale(scale: float) -> None:
 
 
 DIM = 384
-MODULE = "hermes_plugins.project_history_recall"
 
 # --------------------------------------------------------------------------- text generation
 
@@ -165,41 +168,9 @@ def message_text(rng: random.Random, topic: list[str]) -> str:
 # --------------------------------------------------------------------------- plugin access (both revisions)
 
 
-def install(home: Path, source: Path | None) -> None:
-    """The plugin copy in the home: this checkout (harness) or another revision's folder."""
-    if source is None:
-        world.harness.install_plugin(home)
-        return
-    target = home / "plugins" / world.PLUGIN_KEY
-    shutil.copytree(
-        source, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("tests", "bench", "__pycache__")
-    )
-
-
 def activate(home: Path, source: Path | None) -> Any:
-    """Point Hermes at ``home``, install the plugin copy, load it through Hermes; the package."""
-    world.activate_env(home)
-    install(home, source)
-    import model_tools  # noqa: F401  (plugin discovery)
-    from hermes_cli.plugins import get_plugin_manager
-
-    loaded = {p["name"]: p for p in get_plugin_manager().list_plugins()}
-    if world.PLUGIN_KEY not in loaded or loaded[world.PLUGIN_KEY].get("error"):
-        raise SystemExit(f"plugin not loaded: {loaded.get(world.PLUGIN_KEY)}")
-    import importlib
-
-    for name in (
-        "hermes_env",
-        "hermes_db",
-        "index_db",
-        "indexer",
-        "semantic",
-        "search",
-        "embedders",
-        "scope",
-    ):
-        importlib.import_module(f"{MODULE}.{name}")
-    return sys.modules[MODULE]
+    """Point Hermes at ``home``, install this checkout or ``source`` there, load it; the package."""
+    return world.activate(home, source)
 
 
 def configure(plugin: Any, embedding: dict[str, Any] | None = None) -> Any:
@@ -211,20 +182,15 @@ def configure(plugin: Any, embedding: dict[str, Any] | None = None) -> Any:
     embedding = {"enabled": True, **(embedding or models_setup.base_embedding("minilm"))}
     config.setdefault("plugins", {})[world.PLUGIN_KEY] = {"embedding": embedding}
     save_config(config)
-    env = plugin.hermes_env.HermesEnv.current()
-    record = plugin.consent.consent_record(env.settings.embedding, env.profile, ["*"], "2026-12-01T00:00:00")
-    plugin.consent.write_consent(env, record)
+    env = layout.env(plugin)
+    consent = layout.consent(plugin)
+    record = consent.consent_record(env.settings.embedding, env.profile, ["*"], "2026-12-01T00:00:00")
+    consent.write_consent(env, record)
     return env
 
 
-def framing_of(plugin: Any, embedding: Any, embedder: Any) -> Any:
-    """What pending_chunks takes: the new code's Framing, the old code's settings."""
-    framing = getattr(plugin.indexer, "Framing", None)
-    return framing.of(embedding, embedder) if framing else embedding
-
-
 def write_vectors(plugin: Any, store: Any, fingerprint: str, batch: list, vectors: Any) -> None:
-    if hasattr(plugin.index_db, "VECTOR_DTYPE"):
+    if hasattr(layout.index_store(plugin), "VECTOR_DTYPE"):
         store.write_chunks(fingerprint, [(*key, digest) for key, _, digest in batch], vectors)
     else:  # the old code: float32 bytes in each row
         rows = [
@@ -232,15 +198,6 @@ def write_vectors(plugin: Any, store: Any, fingerprint: str, batch: list, vector
             for (key, _, digest), v in zip(batch, vectors, strict=True)
         ]
         store.write_chunks(fingerprint, rows)
-
-
-def matrix_of(plugin: Any, db: Any, store: Any, fingerprint: str, scope: Any) -> Any:
-    semantic = plugin.semantic
-    if hasattr(semantic, "scope_file_key"):
-        return semantic.MATRICES.matrix(
-            db, store, fingerprint, scope.session_ids, semantic.scope_file_key(scope)
-        )
-    return semantic.MATRICES.matrix(db, store, fingerprint, scope.session_ids)
 
 
 def dense(plugin: Any, matrix: Any) -> Any:
@@ -377,20 +334,21 @@ def build_index_for(home: Path, source: Path | None, seed: int) -> dict:
     plugin = activate(home, source)
     env = configure(plugin)
     embedding = env.settings.embedding
-    embedder = plugin.embedders.make_embedder(embedding, None)
-    framing = framing_of(plugin, embedding, embedder)
+    embedder = layout.embedder(plugin, embedding)
+    framing = layout.framing(plugin, embedding, embedder)
+    index_store, indexer = layout.index_store(plugin), layout.indexer(plugin)
     vrng = np.random.default_rng(seed)
     out: dict = {}
-    with plugin.hermes_db.HermesDB.open(env) as db:
-        groups = plugin.scope.ProjectMap(db).groups()
+    with layout.open_db(plugin, env) as db:
+        groups = layout.project_map(plugin, db).groups()
         ids = [sid for group in groups for sid in group["session_ids"]]
         with (
-            plugin.index_db.indexer_lock(env.data_dir) as taken,
-            plugin.index_db.IndexStore.open_writable(env.index_path) as store,
+            index_store.indexer_lock(env.data_dir) as taken,
+            index_store.IndexStore.open_writable(env.index_path) as store,
         ):
             assert taken
             t0 = time.perf_counter()
-            todo = plugin.indexer.pending_chunks(db, store, ids, embedder.fingerprint, framing).todo
+            todo = indexer.pending_chunks(db, store, ids, embedder.fingerprint, framing).todo
             out["pending_s"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             for start in range(0, len(todo), 10_000):
@@ -404,7 +362,7 @@ def build_index_for(home: Path, source: Path | None, seed: int) -> dict:
     # hashes everything once, records the watermarks (and, in this checkout, the matrix files).
     t0 = time.perf_counter()
     for group in groups:
-        written, complete = plugin.indexer.index_scope(env, group["identity"], group["session_ids"], embedder)
+        written, complete = indexer.index_scope(env, group["identity"], group["session_ids"], embedder)
         assert complete and written == 0, (written, complete)
     out["first_pass_s"] = time.perf_counter() - t0
     out["embeddings_db_bytes"] = sum(
@@ -447,7 +405,7 @@ def ensure_variant(manifest: dict, variant: str, source: Path | None, seed: int)
         for name in ("state.db", "projects.db", "config.yaml"):
             if (ROOT / "home" / name).exists():
                 shutil.copy2(ROOT / "home" / name, home / name)
-        install(home, source)
+        world.install(home, source)
     manifest[key] = child(["--child", "build-index", "--variant", variant, *source_args(source)], seed=seed)
     (ROOT / "world.json").write_text(json.dumps(manifest))
     return manifest[key]
@@ -517,15 +475,15 @@ def project_by_name(manifest: dict, name: str) -> dict:
 
 def measure_keyword(manifest: dict, variant: str, source: Path | None, repeats: int) -> dict:
     plugin = activate(variant_home(variant), source)
-    env = plugin.hermes_env.HermesEnv.current()
+    env = layout.env(plugin)
     from hermes_state import SessionDB
 
     big = project_by_name(manifest, "p00")
     t0 = time.perf_counter()
-    plugin.search.run_search("warm up", "keyword", 10, big["fresh"])
+    layout.run_search(plugin, "warm up", "keyword", 10, big["fresh"])
     first = time.perf_counter() - t0
-    t0 = time.perf_counter()  # the second search of a scope loads its message ids (hermes_db)
-    plugin.search.run_search("warm up again", "keyword", 10, big["fresh"])
+    t0 = time.perf_counter()  # the second search of a scope loads its message ids
+    layout.run_search(plugin, "warm up again", "keyword", 10, big["fresh"])
     second = time.perf_counter() - t0
     hermes = SessionDB(db_path=env.state_db)
     hermes.search_messages("warm up", limit=10)
@@ -534,7 +492,7 @@ def measure_keyword(manifest: dict, variant: str, source: Path | None, repeats: 
     for _ in range(repeats):
         for query in QUERIES:
             t0 = time.perf_counter()
-            result = plugin.search.run_search(query, "keyword", 10, big["fresh"])
+            result = layout.run_search(plugin, query, "keyword", 10, big["fresh"])
             ours.append(time.perf_counter() - t0)
             per_query[query][0].append(ours[-1])
             assert result["success"], result
@@ -559,18 +517,14 @@ def measure_hybrid(
     import numpy as np
 
     plugin = activate(variant_home(variant), source)
-    env = plugin.hermes_env.HermesEnv.current()
+    env = layout.env(plugin)
     target = project_by_name(manifest, project)
     timers = Timers()
-    timers.wrap(plugin.embedders, "make_embedder", "make_embedder (model load)")
-    timers.wrap(plugin.semantic.MATRICES, "matrix", "matrix")
-    timers.wrap(plugin.semantic, "top_messages", "top_messages")
-    timers.wrap(plugin.semantic, "_bring_up_to_date", "index check")
-    timers.wrap(plugin.scope.ProjectMap, "resolve_scope", "resolve_scope")
-    timers.wrap(plugin.search, "keyword_messages", "keyword")
+    for owner, name, label in layout.timed_steps(plugin):
+        timers.wrap(owner, name, label)
     embedder = None
     if model_first:
-        embedder = plugin.embedders.make_embedder(env.settings.embedding, None)
+        embedder = layout.embedder(plugin, env.settings.embedding)
         # Twice: a process's first query runs on a quick unoptimised session, the second builds
         # the optimised one; only then is the model fully loaded.
         embedder.embed_query("load the model first")
@@ -578,7 +532,7 @@ def measure_hybrid(
         timers.take()
     mem0 = memory()
     t0 = time.perf_counter()
-    result = plugin.search.run_search(QUERIES[0], "hybrid", 10, target["fresh"])
+    result = layout.run_search(plugin, QUERIES[0], "hybrid", 10, target["fresh"])
     first = time.perf_counter() - t0
     mem1 = memory()
     assert result["success"], result
@@ -592,16 +546,16 @@ def measure_hybrid(
     }
     if out["first_status"] != "ready":  # an older revision checks large scopes in the background
         t0 = time.perf_counter()
-        plugin.indexer.BACKGROUND.wait(1800)
+        layout.background(plugin).wait(1800)
         out["background_check_s"] = time.perf_counter() - t0
     out["rss_growth_mib"] = mem1["rss"] - mem0["rss"]
-    embedder = embedder or plugin.embedders.make_embedder(env.settings.embedding, None)
+    embedder = embedder or layout.embedder(plugin, env.settings.embedding)
     with (
-        plugin.hermes_db.HermesDB.open(env) as db,
-        plugin.index_db.IndexStore.open_readonly(env.index_path) as store,
+        layout.open_db(plugin, env) as db,
+        layout.index_store(plugin).IndexStore.open_readonly(env.index_path) as store,
     ):
-        scope = plugin.scope.ProjectMap(db).resolve_scope(target["fresh"])
-        matrix = matrix_of(plugin, db, store, embedder.fingerprint, scope)
+        scope = layout.project_map(plugin, db).resolve_scope(target["fresh"])
+        matrix = layout.scope_matrix(plugin, db, store, embedder.fingerprint, scope)
         reference = dense(plugin, matrix)
     out["chunks_in_scope"] = len(reference)
     out["matrix_mib"] = reference.nbytes / 2**20
@@ -612,7 +566,7 @@ def measure_hybrid(
         for query in QUERIES:
             before = embedder.provider_seconds
             t0 = time.perf_counter()
-            result = plugin.search.run_search(query, "hybrid", 10, target["fresh"])
+            result = layout.run_search(plugin, query, "hybrid", 10, target["fresh"])
             seconds = time.perf_counter() - t0
             wall.append(seconds)
             per_query[query].append(seconds)
@@ -679,11 +633,12 @@ def measure_index(manifest: dict, variant: str, source: Path | None, repeats: in
     """The index check with nothing new, first in a process and later: as a search runs it (one
     project), and as `hermes project-history index` runs it (every project, one after another)."""
     plugin = activate(variant_home(variant), source)
-    env = plugin.hermes_env.HermesEnv.current()
-    embedder = plugin.embedders.make_embedder(env.settings.embedding, None)
+    env = layout.env(plugin)
+    embedder = layout.embedder(plugin, env.settings.embedding)
+    indexer = layout.indexer(plugin)
     out: dict = {}
-    with plugin.hermes_db.HermesDB.open(env) as db:
-        groups = plugin.scope.ProjectMap(db).groups()
+    with layout.open_db(plugin, env) as db:
+        groups = layout.project_map(plugin, db).groups()
         largest = max(groups, key=lambda g: len(g["session_ids"]))
         out["all_scopes_messages"] = len(db.live_message_ids([s for g in groups for s in g["session_ids"]]))
         out["largest_scope_messages"] = len(db.live_message_ids(largest["session_ids"]))
@@ -692,7 +647,7 @@ def measure_index(manifest: dict, variant: str, source: Path | None, repeats: in
         for _ in range(1 + repeats):
             t0 = time.perf_counter()
             for group in chosen:
-                written, complete = plugin.indexer.index_scope(
+                written, complete = indexer.index_scope(
                     env, group["identity"], group["session_ids"], embedder
                 )
                 assert complete and written == 0, (label, written, complete)
@@ -724,16 +679,17 @@ def measure_local(
     else:
         plugin = activate(variant_home(variant), source)
         candidates = project_by_name(manifest, "p01")["sessions"]
-    env = plugin.hermes_env.HermesEnv.current()
+    env = layout.env(plugin)
     embedding = env.settings.embedding
-    embedder = plugin.embedders.make_embedder(embedding, None)
+    embedder = layout.embedder(plugin, embedding)
     embedder.embed_query("warm up")
-    framing = framing_of(plugin, embedding, embedder)
+    framing = layout.framing(plugin, embedding, embedder)
+    index_store, indexer = layout.index_store(plugin), layout.indexer(plugin)
     scratch = Path(tempfile.mkdtemp(prefix="phr-scale-local-"))
     try:
         with (
-            plugin.hermes_db.HermesDB.open(env) as db,
-            plugin.index_db.IndexStore.open_writable(scratch / "embeddings.db") as store,
+            layout.open_db(plugin, env) as db,
+            index_store.IndexStore.open_writable(scratch / "embeddings.db") as store,
         ):
             chosen, count = [], 0
             for sid in candidates:
@@ -741,11 +697,11 @@ def measure_local(
                     break
                 chosen.append(sid)
                 count += len(db.live_messages([sid]))
-            pending = plugin.indexer.pending_chunks(db, store, chosen, embedder.fingerprint, framing)
+            pending = indexer.pending_chunks(db, store, chosen, embedder.fingerprint, framing)
             todo = list(pending.todo)
-            groups = plugin.scope.ProjectMap(db).groups()
+            groups = layout.project_map(plugin, db).groups()
             identity = next(g["identity"] for g in groups if chosen[0] in g["session_ids"])
-        sorted_batches = hasattr(plugin.indexer, "Framing")
+        sorted_batches = layout.framing_class(plugin) is not None  # embed_pending sorts since Framing
         order = sorted(todo, key=lambda item: len(item[1])) if sorted_batches else todo
         batches = [
             [text for _, text, _ in order[i : i + embedding.batch_size]]
@@ -799,11 +755,11 @@ def measure_local(
 
         def ours() -> tuple[float, float]:
             target = scratch / f"run-{time.monotonic_ns()}.db"
-            with plugin.index_db.IndexStore.open_writable(target) as run_store:
-                work = plugin.indexer.Pending(**{**pending.__dict__, "todo": list(todo), "stale": []})
+            with index_store.IndexStore.open_writable(target) as run_store:
+                work = indexer.Pending(**{**pending.__dict__, "todo": list(todo), "stale": []})
                 t0, c0 = time.perf_counter(), time.process_time()
-                written = plugin.indexer.embed_pending(
-                    run_store, embedder, work, embedding.batch_size, None, plugin.indexer.gate_check(identity)
+                written = indexer.embed_pending(
+                    run_store, embedder, work, embedding.batch_size, None, indexer.gate_check(identity)
                 )
                 seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
             assert written == len(todo), (written, len(todo))
@@ -936,43 +892,105 @@ def page_cache(home: Path, keep: bool) -> None:
                 os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
 
 
-def measure_variant(
-    manifest: dict, variant: str, source: Path | None, only: set[str], args: argparse.Namespace
-) -> dict:
-    base = ["--variant", variant, *source_args(source), "--repeats", str(args.repeats)]
-    report: dict = {"index_build": ensure_variant(manifest, variant, source, args.seed)}
+def measure_variants(
+    manifest: dict, variants: list[tuple[str, Path | None]], only: set[str], args: argparse.Namespace
+) -> dict[str, dict]:
+    """Every measurement of every variant, one kind after another and the variants in turn within
+    each (a project's hybrid runs of this checkout, then the baseline's), so a change of load on
+    the shared machine falls on both sides of a ratio alike."""
+    reports = {
+        name: {"index_build": ensure_variant(manifest, name, source, args.seed)} for name, source in variants
+    }
+
+    def base(name: str, source: Path | None) -> list[str]:
+        return ["--variant", name, *source_args(source), "--repeats", str(args.repeats)]
+
     if "keyword" in only:
-        page_cache(variant_home(variant), keep=True)  # a fresh process of a home in daily use
-        report["keyword"] = child(["--child", "keyword", *base])
+        for name, source in variants:
+            page_cache(variant_home(name), keep=True)  # a fresh process of a home in daily use
+            reports[name]["keyword"] = child(["--child", "keyword", *base(name, source)])
     if "hybrid" in only:
-        report["hybrid"] = []
-        home = variant_home(variant)
+        for name, _ in variants:
+            reports[name]["hybrid"] = []
         for project in args.projects.split(","):
-            page_cache(home, keep=False)  # as after a reboot: the plugin's files come from disk
-            evicted = child(["--child", "hybrid", *base, "--project", project])
-            page_cache(home, keep=True)  # a fresh process of a home in daily use
-            cold = child(["--child", "hybrid", *base, "--project", project])
-            cold["evicted_first_ms"] = evicted["first_ms"]
-            cold["evicted_first_parts_ms"] = evicted["first_parts_ms"]
-            cold["bare_cold"] = child(["--child", "bare-cold", "--project", cold["bare_file"]])
-            cold["model_first"] = child(["--child", "hybrid", *base, "--project", project, "--model-first"])
-            report["hybrid"].append(cold)
+            for name, source in variants:
+                home, hybrid = (
+                    variant_home(name),
+                    ["--child", "hybrid", *base(name, source), "--project", project],
+                )
+                page_cache(home, keep=False)  # as after a reboot: the plugin's files come from disk
+                evicted = child(hybrid)
+                page_cache(home, keep=True)  # a fresh process of a home in daily use
+                cold = child(hybrid)
+                cold["evicted_first_ms"] = evicted["first_ms"]
+                cold["evicted_first_parts_ms"] = evicted["first_parts_ms"]
+                cold["bare_cold"] = child(["--child", "bare-cold", "--project", cold["bare_file"]])
+                cold["model_first"] = child([*hybrid, "--model-first"])
+                reports[name]["hybrid"].append(cold)
     if "index" in only:
-        report["index"] = child(["--child", "index", *base])
+        for name, source in variants:
+            reports[name]["index"] = child(["--child", "index", *base(name, source)])
     if "local" in only:
-        local = [
-            "--child",
-            "local",
-            *base,
-            "--local-texts",
-            str(args.local_texts),
-            "--rounds",
-            str(args.rounds),
-        ]
-        report["local"] = child([*local, "--local-corpus", "scale"])
-        report["local_locomo"] = child([*local, "--local-corpus", "locomo"])
-    report["bytes"] = measure_bytes(variant)
-    return report
+        for corpus, key in (("scale", "local"), ("locomo", "local_locomo")):
+            for name, source in variants:
+                local = ["--child", "local", *base(name, source), "--local-texts", str(args.local_texts)]
+                local += ["--rounds", str(args.rounds), "--local-corpus", corpus]
+                reports[name][key] = child(local)
+    for name, _ in variants:
+        reports[name]["bytes"] = measure_bytes(name)
+    return reports
+
+
+def side_by_side(new: dict, old: dict) -> list[tuple[str, float, float]]:
+    """(figure, this checkout, baseline) for every figure both runs have; references measured in
+    the same children (Hermes's search_messages, bare numpy, bare onnxruntime) show the noise."""
+    rows: list[tuple[str, float, float]] = []
+
+    def add(label: str, a: dict, b: dict, *path: str) -> None:
+        for key in path[:-1]:
+            a, b = a.get(key, {}), b.get(key, {})
+        if path[-1] in a and path[-1] in b:
+            rows.append((label, float(a[path[-1]]), float(b[path[-1]])))
+
+    if "keyword" in new and "keyword" in old:
+        k, j = new["keyword"], old["keyword"]
+        add("keyword p50 ms (largest project)", k, j, "plugin_keyword_p50_ms")
+        add("  reference: Hermes search_messages p50 ms", k, j, "search_messages_p50_ms")
+        add("keyword first call of a process ms", k, j, "first_call_ms")
+        add("keyword second call ms", k, j, "second_call_ms")
+    for h in new.get("hybrid", []):
+        g = next((x for x in old.get("hybrid", []) if x["project"] == h["project"]), None)
+        if g is None:
+            continue
+        p = h["project"]
+        add(f"hybrid {p}: first call ms (files in the page cache)", h, g, "first_ms")
+        add(f"hybrid {p}: first call ms (plugin's files evicted)", h, g, "evicted_first_ms")
+        add(f"hybrid {p}: first call ms, model loaded first", h, g, "model_first", "first_ms")
+        add(f"hybrid {p}: warm p50 ms", h, g, "warm_p50_ms")
+        add(f"hybrid {p}: RSS growth of the first call MiB", h, g, "rss_growth_mib")
+        add(f"hybrid {p}: RSS growth, model loaded first MiB", h, g, "model_first", "rss_growth_mib")
+        add(f"  reference: bare numpy warm p50 ms ({p})", h, g, "bare_numpy_warm_p50_ms")
+    if "index" in new and "index" in old:
+        for key, label in (("largest", "the largest project"), ("all", "every project")):
+            add(f"index check, {label}: first ms", new, old, "index", f"{key}_first_ms")
+            add(f"index check, {label}: later p50 ms", new, old, "index", f"{key}_later_p50_ms")
+    for key in ("local", "local_locomo"):
+        if key in new and key in old:
+            corpus = new[key]["corpus"]
+            add(f"local MiniLM indexing on {corpus}: plugin texts/s", new, old, key, "plugin_texts_per_s")
+            add(f"  reference: bare onnxruntime texts/s ({corpus})", new, old, key, "bare_ort_texts_per_s")
+    add("embeddings.db bytes per chunk", new, old, "bytes", "embeddings_db_bytes_per_chunk")
+    add("matrix file bytes per row", new, old, "bytes", "matrix_file_bytes_per_row")
+    return rows
+
+
+def print_side_by_side(baseline: str, rows: list[tuple[str, float, float]]) -> None:
+    print(f"\n## this checkout / revision {baseline}\n")
+    print(f"| figure | this checkout | {baseline} | ratio |")
+    print("|---|---:|---:|---:|")
+    for label, a, b in rows:
+        ratio = f"{a / b:.2f}" if b else "-"
+        print(f"| {label} | {a:,.1f} | {b:,.1f} | {ratio} |")
 
 
 HYBRID_HEADER = (
@@ -1127,9 +1145,12 @@ def main() -> None:
     variants: list[tuple[str, Path | None]] = [] if args.skip_new else [("new", None)]
     if args.baseline:
         variants.append((args.baseline, baseline_source(args.baseline)))
-    for name, source in variants:
-        report[name] = measure_variant(manifest, name, source, only, args)
+    report.update(measure_variants(manifest, variants, only, args))
+    for name, _ in variants:
         print_report("this checkout" if name == "new" else f"revision {name}", report[name])
+    if args.baseline and not args.skip_new:
+        report["side_by_side"] = side_by_side(report["new"], report[args.baseline])
+        print_side_by_side(args.baseline, report["side_by_side"])
     report["load_average_end"] = os.getloadavg()
     loads = f"start {report['load_average_start']}, end {report['load_average_end']}"
     print(f"\nload average: {loads}; {time.perf_counter() - started:.0f} s")

@@ -5,8 +5,8 @@
 
 Fusion settings do not change what the keyword path or the index return, so each question's
 keyword messages, query vector and in-scope vector matrix are computed once, through the loaded
-plugin's own functions (``search.keyword_messages``, ``semantic.MATRICES.matrix``,
-``semantic.top_messages``, ``search.fuse_*``, ``search.best_per_session``), and every
+plugin's own functions (``fulltext.keyword_messages``, the process's ``MatrixCache.matrix``,
+``semantic.matrix.top_messages``, ``search.fuse_*``, ``search.best_per_session``), and every
 setting is a cheap recombination of them. It scores the fusion alone: issue 11's date promotion,
 relevance floor and clear-keyword-winner rule (``search.run_search``) are not applied, so its
 figures sit below ``quality.py``'s and ``--verify`` can disagree. ``--verify`` replays one
@@ -32,6 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import layout
 import locomo
 import metrics
 import models_setup
@@ -61,40 +62,40 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 class Inputs:
     """Per question: keyword rows, and semantic rows per top_k (via the plugin's functions)."""
 
-    def __init__(self, built: world.Built, settings: Any, questions: list[locomo.Question], top_ks):
-        semantic, search = world.module("semantic"), world.module("search")
-        env = world.module("hermes_env").HermesEnv.current()
-        hermes_db, index_db, scope = (world.module(n) for n in ("hermes_db", "index_db", "scope"))
-        embedder = world.module("embedders").make_embedder(settings.embedding, env.api_key())
+    def __init__(
+        self, plugin: Any, built: world.Built, settings: Any, questions: list[locomo.Question], top_ks
+    ):
+        search, fulltext, matrix_math = plugin.search, plugin.fulltext, layout.matrix_math(plugin)
+        env = layout.env(plugin)
+        embedder = layout.embedder(plugin, settings.embedding, env.api_key())
         self.search = search
         self.by_key = {(c, n): s for s, (c, n) in built.sessions.items()}
         self.own = {conv: {s for s, (c, _) in built.sessions.items() if c == conv} for conv in built.fresh}
         self.keyword: list[list[dict]] = []
         self.semantic: list[dict[int, list[dict]]] = []
         started = time.perf_counter()
-        with hermes_db.HermesDB.open(env) as db:
-            project_map = scope.ProjectMap(db)
+        with layout.open_db(plugin, env) as db:
+            project_map = layout.project_map(plugin, db)
             scopes = {c: project_map.resolve_scope(f, "") for c, f in built.fresh.items()}
-            with index_db.IndexStore.open_readonly(env.index_path) as store:
+            with layout.index_store(plugin).IndexStore.open_readonly(env.index_path) as store:
+                fingerprint = embedder.fingerprint
                 matrices = {
-                    c: semantic.MATRICES.matrix(
-                        db, store, embedder.fingerprint, s.session_ids, semantic.scope_file_key(s)
-                    )
-                    for c, s in scopes.items()
+                    c: layout.scope_matrix(plugin, db, store, fingerprint, s) for c, s in scopes.items()
                 }
             for q in questions:
                 found = scopes[q.conversation]
-                plan = search.plan_query(q.text)
+                reader = layout.fulltext_reader(plugin, db)
+                plan = fulltext.plan_query(q.text)
                 # As run_search: words nearly every conversation has are left out of the relaxed
-                # keyword pass and of the semantic query (search.common_words).
-                common = search.common_words(db, plan, found.conversation_of)
+                # keyword pass and of the semantic query (fulltext.common_words).
+                common = fulltext.common_words(reader, plan, found.conversation_of)
                 self.keyword.append(
-                    search.keyword_messages(db, plan, found.conversation_of, LIMIT, leave_out=common)
+                    fulltext.keyword_messages(reader, plan, found.conversation_of, LIMIT, leave_out=common)
                 )
-                vector = embedder.embed_query(search.without_words(q.text, common))
+                vector = embedder.embed_query(fulltext.without_words(q.text, common))
                 per_k = {}
                 for top_k in top_ks:
-                    hits = semantic.top_messages(matrices[q.conversation], vector, top_k)
+                    hits = matrix_math.top_messages(matrices[q.conversation], vector, top_k)
                     per_k[top_k] = [
                         {"message_id": m, "session_id": s, "score": score} for m, s, _, score in hits
                     ]
@@ -225,7 +226,7 @@ def main(argv: list[str] | None = None) -> dict:
         models_setup.install_prototypes(args)
         settings = world.configure(plugin, embedding)
         index = quality.build_index(plugin, built, settings)
-        inputs = Inputs(built, settings, questions, top_ks)
+        inputs = Inputs(plugin, built, settings, questions, top_ks)
         print(
             f"model={args.model} index={key}: {index['chunks_written']} chunks "
             f"embedded in {index['seconds']:.1f}s; inputs for {len(questions)} questions in "

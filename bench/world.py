@@ -26,6 +26,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
 import harness  # noqa: E402  (sets HERMES_HOME for a throwaway boot home; activate() repoints it)
+import layout  # noqa: E402
 import locomo  # noqa: E402
 
 # PHR_BENCH_CACHE: a private cache when several worktrees share .cache (each run reinstalls its
@@ -109,21 +110,51 @@ def activate_env(home: Path) -> None:
     os.environ.pop("PROJECT_HISTORY_EMBEDDING_API_KEY", None)
 
 
-def activate(home: Path):
-    """Point Hermes at ``home``, refresh the installed plugin copy, load it; the plugin package."""
+def install(home: Path, source: Path | None = None) -> Path:
+    """The plugin copy in ``home``, refreshed: this checkout (``source``: another revision's folder).
+
+    A cached home keeps the copy an earlier run installed, and copying over it leaves behind the
+    modules that have since moved (``semantic.py`` beside the ``semantic/`` package): they go, so
+    the copy is exactly the code under test. Data files (``embeddings.db``, matrix files, consent)
+    stay.
+    """
+    target = home / "plugins" / PLUGIN_KEY
+    if source is None:
+        harness.install_plugin(home)
+        source = REPO
+    else:
+        shutil.copytree(
+            source, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("tests", "bench", "__pycache__")
+        )
+    emptied = set()
+    for path in sorted(target.rglob("*.py")):
+        relative = path.relative_to(target)
+        if "__pycache__" not in relative.parts and not (source / relative).exists():
+            path.unlink()
+            emptied.add(path.parent)
+    for folder in sorted(emptied, key=lambda p: len(p.parts), reverse=True):
+        left = [p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+        if folder != target and not left and not (source / folder.relative_to(target)).exists():
+            shutil.rmtree(folder)
+    return target
+
+
+def activate(home: Path, source: Path | None = None) -> Any:
+    """Point Hermes at ``home``, refresh the installed plugin copy (this checkout, or ``source``),
+    load it through Hermes; the plugin package, its modules imported (``layout.import_parts``)."""
     activate_env(home)
-    harness.install_plugin(home)  # the current code, even when the home comes from the cache
+    install(home, source)  # the code under test, even when the home comes from the cache
     import model_tools  # noqa: F401  (runs plugin discovery)
     from hermes_cli.plugins import get_plugin_manager
 
     loaded = {p["name"]: p for p in get_plugin_manager().list_plugins()}
     if PLUGIN_KEY not in loaded or loaded[PLUGIN_KEY].get("error"):
         raise SystemExit(f"plugin not loaded: {loaded.get(PLUGIN_KEY)}")
-    return sys.modules[harness.PLUGIN_MODULE]
+    return layout.import_parts(sys.modules[harness.PLUGIN_MODULE])
 
 
 def module(name: str) -> Any:
-    """A module of the loaded plugin (``hermes_db``, ``semantic``, ``search``, ...)."""
+    """A module of the loaded plugin by its dotted name (``store``, ``search``, ``semantic.matrix``...)."""
     import importlib
 
     return importlib.import_module(f"{harness.PLUGIN_MODULE}.{name}")
@@ -140,14 +171,14 @@ def configure(plugin: Any, embedding: dict[str, Any] | None) -> Any:
     plugins = config.setdefault("plugins", {})
     plugins[PLUGIN_KEY] = {"embedding": {"enabled": embedding is not None, **(embedding or {})}}
     save_config(config)
-    env = module("hermes_env").HermesEnv.current()
+    env = layout.env(plugin)
     settings = env.settings
     if settings.problems:
         raise SystemExit("config rejected: " + "; ".join(settings.problems))
     if embedding is None:
         env.consent_path.unlink(missing_ok=True)
         return settings
-    consent = module("consent")
+    consent = layout.consent(plugin)
     record = consent.consent_record(
         settings.embedding, env.profile, ["*"], datetime.now(UTC).isoformat(timespec="seconds")
     )

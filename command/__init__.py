@@ -72,6 +72,13 @@ def setup_parser(parser: argparse.ArgumentParser) -> None:
     )
     disable.add_argument("--purge", action="store_true", help="also delete every stored vector")
 
+    uninstall = sub.add_parser(
+        "uninstall",
+        help="remove consent, vectors, what setup installed and the plugin's settings "
+        "(then `plugins remove`)",
+    )
+    uninstall.add_argument("--yes", action="store_true", help="do it without asking")
+
     index = sub.add_parser("index", help="build the semantic index now, with a progress bar")
     which = index.add_mutually_exclusive_group()
     which.add_argument("--project", metavar="ID", help="project id or slug, repo:<path>, or a folder")
@@ -103,6 +110,7 @@ def run(process: ProcessState, args: argparse.Namespace) -> int:
         "revoke": lambda: commands.revoke(process, args),
         "disable": lambda: commands.revoke(process, args),
         "index": lambda: commands.index(process, args),
+        "uninstall": lambda: commands.uninstall(process, args),
         "search": lambda: commands.search(process, args),
     }
     handler = handlers.get(getattr(args, "project_history_command", None) or "")

@@ -10,7 +10,16 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from .common import CommandError, identity_for, identity_of_folder, label, opened, save_plugin_settings
+from ..store import command_line, hint
+from .common import (
+    CommandError,
+    counted,
+    identity_for,
+    identity_of_folder,
+    label,
+    opened,
+    save_plugin_settings,
+)
 
 if TYPE_CHECKING:
     from .. import ProcessState
@@ -23,6 +32,12 @@ INDEX_WAIT_SECONDS = 3600.0  # `index` waits for another indexer rather than fai
 
 
 def allow(process: ProcessState, args: argparse.Namespace) -> int:
+    return grant(process, args.project, args.all_projects, args.yes)
+
+
+def grant(process: ProcessState, tokens: list[str], all_projects: bool, yes: bool) -> int:
+    """Record consent for these projects (``tokens``: ids, slugs, repo keys or folders; none: the
+    current folder's project) or for every project, after showing what will be sent where."""
     from ..semantic import (
         ALL_PROJECTS,
         WHAT_IS_SENT,
@@ -33,17 +48,22 @@ def allow(process: ProcessState, args: argparse.Namespace) -> int:
         same_target,
         update_consent,
     )
+    from ..store import HermesEnv
 
-    if args.all_projects and args.project:
+    if all_projects and tokens:
         raise CommandError("use either --project or --all-projects, not both")
-    with opened(process) as (env, db, projects):
-        if args.all_projects:
-            refs, labels = [ALL_PROJECTS], ["every project of this profile"]
-        else:
-            identities = [identity_for(t, db, projects) for t in args.project] or [
+    covers: dict[str, list[str]] = {}
+    if all_projects:  # needs no session yet: a fresh Hermes can agree before its first chat
+        env = HermesEnv.current()
+        refs, labels = [ALL_PROJECTS], ["every project of this profile"]
+    else:
+        with opened(process) as (env, db, projects):
+            identities = [identity_for(t, db, projects) for t in tokens] or [
                 identity_of_folder(os.getcwd(), projects)
             ]
             refs, labels = [project_ref(i) for i in identities], [label(i) for i in identities]
+            # What the consent covers: each project's folders now (a project that grows asks again).
+            covers = {project_ref(i): projects.folders_of(i) for i in identities}
 
     settings = env.settings
     embedding = settings.embedding
@@ -57,7 +77,7 @@ def allow(process: ProcessState, args: argparse.Namespace) -> int:
     print("  what: past conversations now, and new messages as they are searched (history+incremental)")
     print(f"  to: {embedding.provider} model '{embedding.model}' at {destination(embedding)}")
     print(f"  stored: vectors only, in {env.index_path}")
-    if not args.yes:
+    if not yes:
         if not sys.stdin or not sys.stdin.isatty():
             raise CommandError("confirmation needed: run again with --yes once the user has agreed")
         if input("Agree and enable? [y/N] ").strip().lower() not in ("y", "yes"):
@@ -65,17 +85,26 @@ def allow(process: ProcessState, args: argparse.Namespace) -> int:
             return 1
 
     def agree(consent: dict[str, Any] | None) -> dict[str, Any]:
-        agreed = refs
+        agreed, covered = refs, covers
         if same_target(consent, embedding, env.profile) and not consent.get("disabled_at"):
             agreed = [*consent.get("projects", []), *refs]
-        return consent_record(embedding, env.profile, agreed, time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+            covered = {**consent.get("covers", {}), **covers}
+        when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        return consent_record(embedding, env.profile, agreed, when, covered)
 
     update_consent(env, agree)
     save_plugin_settings({"enabled": True})
     print(f"Allowed. Consent recorded in {env.consent_path}")
-    scope = " --all-projects" if args.all_projects else ""
-    print(f"Build the index now: hermes project-history index{scope}")
+    index_args = ["project-history", "index", *(["--all-projects"] if all_projects else [])]
+    print(f"Build the index now: {command_line(*index_args)}")
     return 0
+
+
+def _withdrawn(consent: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The consent marked as withdrawn now (None: nothing to change)."""
+    if not consent or consent.get("disabled_at"):
+        return None
+    return {**consent, "disabled_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
 def revoke(process: ProcessState, args: argparse.Namespace) -> int:
@@ -85,12 +114,7 @@ def revoke(process: ProcessState, args: argparse.Namespace) -> int:
     env = HermesEnv.current()
     save_plugin_settings({"enabled": False})
 
-    def withdraw(consent: dict[str, Any] | None) -> dict[str, Any] | None:
-        if not consent or consent.get("disabled_at"):
-            return None
-        return {**consent, "disabled_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-
-    update_consent(env, withdraw)
+    update_consent(env, _withdrawn)
     # Every indexer re-checks consent before each batch; waiting for the lock means one that was
     # mid-request has finished it and stopped, so nothing at all is sent once this returns.
     with indexer_lock(env.data_dir, DISABLE_WAIT_SECONDS) as taken:
@@ -104,6 +128,78 @@ def revoke(process: ProcessState, args: argparse.Namespace) -> int:
             removed = purge(env.index_path)
             print("Stored vectors deleted." if removed else "No stored vectors to delete.")
     return 0
+
+
+# --------------------------------------------------------------------------- uninstall
+
+#: What the plugin keeps in its own folder, besides its code (``hermes plugins remove`` deletes
+#: the folder whole; ``uninstall`` removes these for a plugin folder that stays).
+DATA_FILES = ("consent.json", "consent.lock", "indexer.lock", "git_roots.db", "model-identity.json")
+
+
+def uninstall(process: ProcessState, args: argparse.Namespace) -> int:
+    """Everything the plugin added outside its code: consent (and running indexers stopped), the
+    vectors, what ``setup`` installed, its settings and key, its entries in Hermes's plugin lists.
+    What stays is the plugin's folder, for ``hermes plugins remove``."""
+    import shutil
+
+    from ..semantic import indexer_lock, purge, runtime, update_consent
+    from ..store import HermesEnv
+
+    env = HermesEnv.current()
+    installed = runtime.data_dir()
+    print("This removes, for this profile:")
+    print(f"  consent and stored vectors: {env.data_dir}")
+    print(f"  what setup installed: {installed}")
+    print("  plugins.project-history-recall and its entries in config.yaml; the API key in .env")
+    if not args.yes:
+        if not sys.stdin or not sys.stdin.isatty():
+            raise CommandError("confirmation needed: run again with --yes")
+        if input("Go ahead? [y/N] ").strip().lower() not in ("y", "yes"):
+            print("Nothing changed.")
+            return 1
+    # As revoke does: off first, so a running indexer stops before its next request.
+    save_plugin_settings({"enabled": False})
+    update_consent(env, _withdrawn)
+    with indexer_lock(env.data_dir, DISABLE_WAIT_SECONDS) as taken:
+        if not taken:
+            raise CommandError(
+                f"an indexer did not stop within {DISABLE_WAIT_SECONDS:.0f}s; run this again later"
+            )
+        purge(env.index_path)
+        for name in (*DATA_FILES, "embeddings.db"):
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                (env.data_dir / f"{name}{suffix}").unlink(missing_ok=True)
+    shutil.rmtree(installed, ignore_errors=True)
+    _forget_settings()
+    print("Done. Last step, which deletes the plugin's folder:")
+    print(f"  {command_line('plugins', 'remove', 'project-history-recall')}")
+    return 0
+
+
+def _forget_settings() -> None:
+    """The plugin's sections and list entries out of config.yaml, its key out of .env, with
+    Hermes's own readers and writers (as ``hermes config unset`` does)."""
+    from hermes_cli.config import get_config_path, remove_env_value
+    from utils import atomic_yaml_write, fast_safe_load
+
+    from ..config_schema import API_KEY_ENV, PLUGIN_KEY
+
+    path = get_config_path()
+    if path.exists():
+        with open(path, encoding="utf-8") as handle:
+            config = fast_safe_load(handle) or {}
+        plugins = config.get("plugins") if isinstance(config, dict) else None
+        if isinstance(plugins, dict):
+            plugins.pop(PLUGIN_KEY, None)
+            entries = plugins.get("entries")
+            if isinstance(entries, dict):
+                entries.pop(PLUGIN_KEY, None)
+            for listed in ("enabled", "disabled"):
+                if isinstance(plugins.get(listed), list):
+                    plugins[listed] = [name for name in plugins[listed] if name != PLUGIN_KEY]
+            atomic_yaml_write(path, config, sort_keys=False)
+    remove_env_value(API_KEY_ENV)
 
 
 # --------------------------------------------------------------------------- index
@@ -125,14 +221,14 @@ def index(process: ProcessState, args: argparse.Namespace) -> int:
                 else identity_of_folder(os.getcwd(), projects)
             )
             chosen = [g for g in groups if same_project(g["identity"], identity)] or [
-                {"identity": identity, "session_ids": []}
+                {"identity": identity, "session_ids": [], "folders": projects.folders_of(identity)}
             ]
     semantic = Semantic(env, process.semantic, process.schemas)
-    refused = [g for g in chosen if semantic.gate(g["identity"]) != "ok"]
+    refused = [g for g in chosen if semantic.gate(g["identity"], g["folders"]) != "ok"]
     if refused:
         names = ", ".join(label(g["identity"]) for g in refused)
         raise CommandError(
-            f"semantic search is not enabled for {names}; run `hermes project-history allow` first"
+            f"semantic search is not enabled for {names}; run {hint('project-history', 'allow')} first"
         )
     embedder = semantic.embedder()
     if indexer_busy(env.data_dir):
@@ -149,19 +245,29 @@ def index(process: ProcessState, args: argparse.Namespace) -> int:
                     counting,
                     progress=counting.report,
                     lock_wait=INDEX_WAIT_SECONDS,
+                    folders=group["folders"],
                 )
             except EmbeddingUnavailable as error:
                 raise CommandError(f"embedding provider unavailable: {error}") from None
             if not complete:
                 raise CommandError(
                     "indexing stopped before the end (semantic search was turned off, or another "
-                    "process kept the index busy); run `hermes project-history status`"
+                    f"process kept the index busy); run {hint('project-history', 'status')}"
                 )
             total_written += written
     seconds = time.monotonic() - started
+    projects = counted(len(chosen), "project")
+    if not total_written:
+        print(f"Indexed {projects}: already up to date, nothing to embed.")
+        return 0
+    where = (
+        "embedded on this machine"
+        if env.settings.embedding.provider == "local"
+        else f"sent to {env.settings.embedding.provider}"
+    )
     print(
-        f"Indexed {len(chosen)} project(s): {total_written} chunks embedded in {seconds:.1f}s "
-        f"({embedder.texts_embedded} texts sent to the provider)."
+        f"Indexed {projects}: {counted(total_written, 'chunk')} embedded in {seconds:.1f}s "
+        f"({counted(embedder.texts_embedded, 'text')} {where})."
     )
     return 0
 
@@ -205,7 +311,8 @@ def readable(result: dict[str, Any]) -> str:
     lines = []
     if result.get("project"):
         lines.append(
-            f"Project: {label(result['project'])}  ·  {result.get('sessions_in_scope')} sessions  ·  "
+            f"Project: {label(result['project'])}  ·  "
+            f"{counted(result.get('sessions_in_scope') or 0, 'conversation')}  ·  "
             f"semantic: {result.get('semantic_status')}"
         )
     if result.get("message"):
@@ -221,6 +328,6 @@ def readable(result: dict[str, Any]) -> str:
     elif result.get("mode") != "keyword" and result.get("semantic_status") in ("partial", "indexing"):
         lines.append(
             "Semantic search skipped: this project's index is not complete (results above are "
-            "keyword matches). Build it with: hermes project-history index"
+            f"keyword matches). Build it with: {command_line('project-history', 'index')}"
         )
     return "\n".join(lines)

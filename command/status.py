@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .common import CommandError, label
+from .common import CommandError, counted, label
 
 if TYPE_CHECKING:
     from .. import ProcessState
@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 @dataclass
 class ProjectStatus:
     identity: dict[str, Any]
-    sessions: int
+    conversations: int  # as the search counts them: a compressed conversation once
     messages: int
     indexed: int | None  # None: not known (semantic search off or not working)
     gate: str  # ok | disabled | consent_required
@@ -32,6 +32,7 @@ class Status:
     runtime_folder: str | None  # what setup installed, when there is any
     provider_problem: str | None  # why the provider cannot work, with what to run
     consent: dict[str, Any] | None
+    consent_problem: str | None = None  # why consent.json, which exists, is no consent
     has_sessions: bool = True
     projects: list[ProjectStatus] = field(default_factory=list)
     failure: str | None = None  # why semantic search is unavailable (the command then exits non-zero)
@@ -39,7 +40,7 @@ class Status:
 
 def gather(process: ProcessState) -> Status:
     from ..projects import ProjectMap
-    from ..semantic import Semantic, read_consent, runtime
+    from ..semantic import Semantic, consent_file_problem, read_consent, runtime
     from ..store import HermesDB, HermesEnv, NoSessionDatabase
 
     env = HermesEnv.current()
@@ -55,6 +56,7 @@ def gather(process: ProcessState) -> Status:
         runtime_folder=str(folder) if folder.is_dir() else None,
         provider_problem=f"{problem}; run {runtime.setup_hint(embedding.provider)}" if problem else None,
         consent=read_consent(env),
+        consent_problem=consent_file_problem(env),
     )
     try:
         db = HermesDB.open(env, process.schemas)
@@ -78,10 +80,10 @@ def gather(process: ProcessState) -> Status:
             status.projects.append(
                 ProjectStatus(
                     identity=group["identity"],
-                    sessions=len(group["session_ids"]),
+                    conversations=group["conversations"],
                     messages=len(db.live_message_ids(group["session_ids"])),
                     indexed=count,
-                    gate=semantic.gate(group["identity"]),
+                    gate=semantic.gate(group["identity"], group["folders"]),
                 )
             )
     return status
@@ -89,6 +91,7 @@ def gather(process: ProcessState) -> Status:
 
 def lines(status: Status) -> list[str]:
     from ..config_schema import API_KEY_ENV, endpoint_of
+    from ..text import without_controls
 
     embedding = status.embedding
     out = [
@@ -107,15 +110,22 @@ def lines(status: Status) -> list[str]:
     if status.provider_problem:
         out.append(f"  ! semantic search cannot work: {status.provider_problem}")
     consent = status.consent
-    if consent:
+    if status.consent_problem:
+        out.append(
+            f"Consent: {status.consent_problem} in consent.json, so it is no consent: semantic search "
+            "sends nothing until `allow`"
+        )
+    elif consent:
         projects = ", ".join(consent.get("projects") or []) or "none"
         if consent.get("disabled_at"):
             when = f"revoked {consent.get('disabled_at')} (given {consent.get('confirmed_at')})"
         else:
             when = f"given {consent.get('confirmed_at')}"
         out.append(
-            f"Consent {when}: {consent.get('provider')} "
-            f"{consent.get('model')} at {consent.get('endpoint')}; projects: {projects}"
+            without_controls(
+                f"Consent {when}: {consent.get('provider')} "
+                f"{consent.get('model')} at {consent.get('endpoint')}; projects: {projects}"
+            )
         )
     else:
         out.append("Consent: none recorded (semantic search sends nothing until `allow`)")
@@ -128,8 +138,8 @@ def lines(status: Status) -> list[str]:
     for project in status.projects:
         indexed = "n/a" if project.indexed is None else project.indexed
         out.append(
-            f"  {label(project.identity)}: {project.sessions} sessions, "
-            f"{project.messages} messages, {indexed} indexed; semantic: {project.gate}"
+            f"  {label(project.identity)}: {counted(project.conversations, 'conversation')}, "
+            f"{counted(project.messages, 'message')}, {indexed} indexed; semantic: {project.gate}"
         )
     return out
 

@@ -57,8 +57,9 @@ NO_REPO = ("", "")
 
 
 def _git(cwd: str, *args: str) -> str | None:
-    """``git -C cwd ...``: stripped stdout; "" when git said no (not a repository, ...); None when
-    git gave no answer (not installed, timed out). Never takes a lock in the repo."""
+    """``git -C cwd ...``: stdout without its last line break (a path may end in a space); "" when
+    git said no (not a repository, ...); None when git gave no answer (not installed, timed out).
+    Never takes a lock in the repo."""
     env = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_DROPPED}
     env.update(GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0")
     try:
@@ -75,7 +76,9 @@ def _git(cwd: str, *args: str) -> str | None:
         )
     except (OSError, subprocess.SubprocessError, ValueError):
         return None
-    return result.stdout.strip() if result.returncode == 0 else ""
+    if result.returncode != 0:
+        return ""
+    return result.stdout[:-1] if result.stdout.endswith("\n") else result.stdout
 
 
 def _run_git(cwd: str, *args: str) -> str:
@@ -89,9 +92,15 @@ def _probe_repo_roots(cwd: str) -> tuple[str, str] | None:
     out = _git(cwd, "rev-parse", "--path-format=absolute", "--git-common-dir", "--show-toplevel")
     if out is None:
         return None
-    lines = out.splitlines()
-    if len(lines) != 2:
-        return NO_REPO
+    lines = out.split("\n")
+    if len(lines) != 2:  # no repository, or a path with a line break in it: ask one at a time
+        git_dir = _git(cwd, "rev-parse", "--path-format=absolute", "--git-common-dir")
+        top = _git(cwd, "rev-parse", "--path-format=absolute", "--show-toplevel")
+        if git_dir is None or top is None:
+            return None
+        if not git_dir or not top:
+            return NO_REPO
+        lines = [git_dir, top]
     git_dir, toplevel = os.path.realpath(lines[0]), os.path.realpath(lines[1])
     if os.path.basename(git_dir) == ".git":
         return os.path.dirname(git_dir), toplevel
@@ -99,7 +108,8 @@ def _probe_repo_roots(cwd: str) -> tuple[str, str] | None:
 
 
 def git_branch(cwd: str) -> str:
-    return _run_git(cwd, "branch", "--show-current") or _run_git(cwd, "rev-parse", "--short", "HEAD")
+    branch = _run_git(cwd, "branch", "--show-current") or _run_git(cwd, "rev-parse", "--short", "HEAD")
+    return branch.strip()
 
 
 def is_host_path(path: str) -> bool:
@@ -114,7 +124,7 @@ def real_path(path: str | None) -> str:
     host names no folder here, and :mod:`attribution` normalises it lexically). ``..`` after a
     symlink is resolved physically, as the kernel does.
     """
-    value = (path or "").strip()
+    value = path or ""
     if not is_host_path(value):
         return value
     try:
@@ -275,7 +285,7 @@ class GitProbe:
         return self._epoch
 
     def real(self, path: str | None) -> str:
-        value = (path or "").strip()
+        value = path or ""
         known = self._real.get(value)
         if known is None:
             known = self._real[value] = real_path(value)

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..attribution import REPO_KEY, project_key
 from ..store import (
     HermesDB,
     HermesEnv,
@@ -89,8 +90,17 @@ def move_session(
         if db.session(session_id) is None:
             return {"success": False, "error": f"session not found: {echo(session_id)}"}
         projects = ProjectMap(db, memory)
-        project, note = None, ""
-        if project_id:
+        project, repo, note = None, None, ""
+        if project_id.startswith("repo:") or REPO_KEY.fullmatch(project_id):
+            repo = _repository(projects, project_id)
+            if repo is None:
+                return _project_not_found(db.projects(), echo(project_id))
+            target, name = repo["key"], f"repository {repo['key']}"
+            if not os.path.isdir(target):
+                return {"success": False, "error": f"project folder not found: {target}"}
+            if memory.probe.common_repo_root(target, env.data_dir / STORE_NAME) != target:
+                return {"success": False, "error": f"not the root of a git repository: {target}"}
+        elif project_id:
             project = db.project(project_id) or _project_by_name(db.projects(), project_id)
             if project is None:
                 return _project_not_found(db.projects(), echo(project_id))
@@ -123,7 +133,7 @@ def move_session(
         "cwd": target,
         "git_branch": branch or None,
         "git_repo_root": repo_root or None,
-        "message": f"Moved to {'Home' if not project_id else 'project ' + name}, cwd now {target}{note}",
+        "message": f"Moved to {_destination(project_id, name, repo)}, cwd now {target}{note}",
         "live_session": "re-anchored" if live else "unchanged until resumed",
     }
     if len(chain) > 1:
@@ -138,9 +148,35 @@ def move_session(
             f"{target} is also claimed by another project, so this conversation is attributed to "
             f"{identity.get('name') or identity.get('kind')}"
         )
-    elif project is None and identity.get("kind") != "home":
+    elif repo is not None and identity != repo:
+        result["warning"] = f"{target} is attributed to {_label(identity)}, which claims that folder"
+    elif project is None and repo is None and identity.get("kind") != "home":
         result["warning"] = f"{target} is still attributed to {_label(identity)}"
     return result
+
+
+def _destination(project_id: str, name: str, repo: dict[str, Any] | None) -> str:
+    if not project_id:
+        return "Home"
+    return name if repo is not None else f"project {name}"
+
+
+def _repository(projects: ProjectMap, wanted: str) -> dict[str, Any] | None:
+    """An automatic repo project as search names it: ``repo:<path>`` (its ``key``) or the short
+    ``repo-<digest>`` key printed commands carry; None when no such repository holds a
+    conversation of this home (nothing to move to, by that name)."""
+    for group in projects.groups():
+        identity = group["identity"]
+        if identity.get("kind") != "auto":
+            continue
+        if wanted in (f"repo:{identity.get('key')}", project_key(identity)):
+            return identity
+    if wanted.startswith("repo:"):  # a repository no conversation has been in yet
+        folder = wanted[len("repo:") :]
+        identity = projects.identity_of_folder(folder) if os.path.isabs(folder) else {}
+        if identity.get("kind") == "auto" and identity.get("key") == folder:
+            return identity
+    return None
 
 
 def primary_folder(project: dict[str, Any]) -> str:

@@ -54,6 +54,7 @@ class Scope:
     session_ids: list[str]  # the other sessions of the project: what may be returned
     conversation_of: dict[str, str] = field(default_factory=dict)  # session -> its conversation
     pending: int = 0  # sessions left out because git has not answered for their folder yet
+    folders: list[str] = field(default_factory=list)  # the project's folders now (consent's coverage)
     #: ``state.db``'s data_version token, read before anything else of this call: while it is
     #: unchanged, nothing in Hermes's data is (``semantic.CompleteScopes``). None: unknown.
     data_token: tuple | None = None
@@ -88,6 +89,8 @@ class Snapshot:
     identities: dict[tuple[str, str], dict[str, Any]]  # scope key -> identity
     pending: list[str]  # visible sessions waiting for git
     links: list[tuple] = field(default_factory=list)  # the session rows it was made from
+    #: session -> the profile it was recorded under; rows without one belong to the home's own
+    profiles: dict[str, str] = field(default_factory=dict)
 
 
 class DataWatch:
@@ -327,7 +330,7 @@ class ProjectMap:
                 # rows to know it is not.
                 home.snapshot = dataclasses.replace(previous, token=token)
                 return home.snapshot
-            pairs = {(cwd, root) for _, cwd, root, _, _ in links}
+            pairs = {(cwd, root) for _, cwd, root, *_ in links}
             known, pending_pairs = self._canonical(pairs, ())
             identities: dict[tuple[str, str], dict[str, Any]] = {}
             key_of: dict[tuple, tuple[str, str] | None] = {}  # per distinct pair; None: not a project
@@ -339,11 +342,11 @@ class ProjectMap:
                 key_of[pair] = None if key[0] == "home" else key
                 if key[0] != "home":
                     identities.setdefault(key, identity)
-            roots = attribution.conversation_roots({sid: continues for sid, _, _, _, continues in links})
+            roots = attribution.conversation_roots({link[0]: link[4] for link in links})
             members: dict[tuple[str, str], dict[str, str]] = {}
             chains: dict[str, list[str]] = {}
             pending: list[str] = []
-            for sid, cwd, root, visible, _ in links:
+            for sid, cwd, root, visible, *_ in links:
                 conversation = roots[sid]
                 chains.setdefault(conversation, []).append(sid)
                 if not visible:
@@ -355,6 +358,7 @@ class ProjectMap:
                 key = key_of[pair]
                 if key is not None:
                     members.setdefault(key, {})[sid] = conversation
+            own = self.db.env.profile
             home.snapshot = Snapshot(
                 token=token,
                 roots=roots,
@@ -363,6 +367,7 @@ class ProjectMap:
                 identities={key: identities[key] for key in members},
                 pending=pending,
                 links=links,
+                profiles={link[0]: link[5] or own for link in links},
             )
             return home.snapshot
 
@@ -387,7 +392,7 @@ class ProjectMap:
         wait for git about other folders).
         """
         links = self.db.session_links()
-        roots = attribution.conversation_roots({sid: continues for sid, _, _, _, continues in links})
+        roots = attribution.conversation_roots({link[0]: link[4] for link in links})
         own = roots.get(session_id, session_id)
         return [sid for sid, *_ in links if roots[sid] == own] or [session_id]
 
@@ -404,7 +409,15 @@ class ProjectMap:
                 token = self._token()
             snap = self.snapshot(token)
         own = snap.roots.get(current["id"], current["id"])
-        conversation_of = dict(snap.members.get(attribution.scope_key(identity), {}))
+        # One state.db can hold several profiles' sessions (a multiplexed gateway tags them with
+        # profile_name): the current conversation's profile is the scope's, as Hermes keeps one
+        # database per profile otherwise.
+        profile = snap.profiles.get(current["id"], self.db.env.profile)
+        conversation_of = {
+            sid: conversation
+            for sid, conversation in snap.members.get(attribution.scope_key(identity), {}).items()
+            if snap.profiles.get(sid) == profile
+        }
         for sid in snap.chains.get(own, ()):
             conversation_of.pop(sid, None)
         return Scope(
@@ -413,13 +426,39 @@ class ProjectMap:
             session_ids=list(conversation_of),
             conversation_of=conversation_of,
             pending=len(snap.pending) + (1 if self.unsure else 0),
+            folders=self.folders_of(identity),
             data_token=token[0],
         )
 
-    def groups(self) -> list[dict[str, Any]]:
-        """Every project that has conversations: its identity and its session ids, oldest first."""
-        snap = self.snapshot()
+    def folders_of(self, identity: dict[str, Any]) -> list[str]:
+        """The folders a project spans now, as consent records what it covered: an explicit
+        project's folders in projects.db, an automatic repo's root."""
+        if identity.get("kind") == "auto":
+            return [str(identity.get("key"))]
+        if identity.get("kind") != "explicit":
+            return []
+        project = self.db.project(str(identity.get("id"))) or {}
         return [
-            {"identity": snap.identities[key], "session_ids": list(session_ids)}
-            for key, session_ids in snap.members.items()
+            str(folder.get("path") if isinstance(folder, dict) else folder)
+            for folder in project.get("folders") or []
         ]
+
+    def groups(self) -> list[dict[str, Any]]:
+        """Every project that has conversations of this home's profile: its identity, its session
+        ids (oldest first), how many conversations they are and its folders."""
+        snap = self.snapshot()
+        own = self.db.env.profile
+        groups = []
+        for key, members in snap.members.items():
+            session_ids = [sid for sid in members if snap.profiles.get(sid) == own]
+            if session_ids:
+                identity = snap.identities[key]
+                groups.append(
+                    {
+                        "identity": identity,
+                        "session_ids": session_ids,
+                        "conversations": len({members[sid] for sid in session_ids}),
+                        "folders": self.folders_of(identity),
+                    }
+                )
+        return groups

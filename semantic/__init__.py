@@ -37,6 +37,7 @@ from .chunking import Framing, chunk_text, embedded_text, vectors_key
 from .consent import (
     ALL_PROJECTS,
     WHAT_IS_SENT,
+    consent_file_problem,
     consent_record,
     consent_request,
     destination,
@@ -49,13 +50,13 @@ from .consent import (
 )
 from .index_store import (
     INLINE_BUSY_SECONDS,
-    PURGE_HINT,
     IndexStore,
     IndexUnavailable,
     WidthMismatch,
     indexer_busy,
     indexer_lock,
     purge,
+    purge_hint,
     width_mismatch,
 )
 from .indexer import BackgroundIndexer, CompleteScopes, build_index, gate_check, index_scope, plan_check
@@ -176,6 +177,13 @@ def describe_failure(error: BaseException, env: HermesEnv) -> str:
         isinstance(error, OSError) and error.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
     ):
         return f"cannot write {env.data_dir} (permission denied or read-only): fix its permissions"
+    if isinstance(error, sqlite3.OperationalError | OSError) and (
+        "disk is full" in str(error) or getattr(error, "errno", None) == errno.ENOSPC
+    ):
+        return (
+            f"no space left on the disk of {env.data_dir}: free some space; indexing then goes on "
+            "where it stopped (nothing stored is embedded again)"
+        )
     if isinstance(error, sqlite3.OperationalError):
         text = str(error)
         if "locked" in text or "busy" in text:
@@ -183,7 +191,7 @@ def describe_failure(error: BaseException, env: HermesEnv) -> str:
         if "readonly" in text or "read-only" in text or "unable to open" in text:
             return f"cannot write the semantic index {env.index_path} (read-only): fix its permissions"
     if isinstance(error, sqlite3.DatabaseError):
-        return f"the semantic index {env.index_path} is damaged ({error}); {PURGE_HINT}"
+        return f"the semantic index {env.index_path} is damaged ({error}); {purge_hint()}"
     return f"semantic search failed ({type(error).__name__}: {error}); details are in Hermes's agent.log"
 
 
@@ -214,14 +222,16 @@ class Semantic:
 
     # ----------------------------------------------------------------------- consent
 
-    def gate(self, identity: Mapping[str, Any]) -> str:
+    def gate(self, identity: Mapping[str, Any], folders: Sequence[str] | None = None) -> str:
         """``ok``, ``disabled`` or ``consent_required`` for this project now (config and consent
-        read afresh)."""
+        read afresh; ``folders``: the project's folders now, which its consent must cover)."""
         env = self.env
-        return semantic_gate(env.settings.embedding, read_consent(env), identity, env.profile)
+        return semantic_gate(env.settings.embedding, read_consent(env), identity, env.profile, folders)
 
-    def consent_request(self, identity: Mapping[str, Any]) -> dict[str, Any]:
-        return consent_request(self.env, identity)
+    def consent_request(
+        self, identity: Mapping[str, Any], folders: Sequence[str] | None = None
+    ) -> dict[str, Any]:
+        return consent_request(self.env, identity, folders)
 
     def describe(self, error: BaseException) -> str:
         return describe_failure(error, self.env)
@@ -238,11 +248,12 @@ class Semantic:
         remember_identity(embedding, embedder, env.data_dir / _IDENTITY_FILE)
         return embedder
 
-    def embed_test_text(self, text: str) -> Any:
-        """``setup``'s check: one text through the configured provider (raises
-        :class:`EmbeddingUnavailable`), and the model's identity remembered."""
+    def embed_test_text(self, text: str, embedding: Any = None) -> Any:
+        """``setup``'s check: one text through a provider (``embedding``: settings not written yet;
+        default the configured ones; raises :class:`EmbeddingUnavailable`), and the model's
+        identity remembered."""
         env = self.env
-        embedding = env.settings.embedding
+        embedding = embedding or env.settings.embedding
         embedder = self.memory.providers.embedder(embedding, env.api_key())
         vector = embedder.embed_documents([text])[0]
         remember_identity(embedding, embedder, env.data_dir / _IDENTITY_FILE)
@@ -258,7 +269,7 @@ class Semantic:
         from a read-only look at the index. ``build=False`` (a terminal's search, whose process is
         about to exit) searches a complete index only and starts no indexing.
         """
-        gate = self.gate(scope.identity)
+        gate = self.gate(scope.identity, scope.folders)
         if gate != "ok":
             return SemanticOutcome(status=gate)
         return self._guarded(db, scope, query, run, build)
@@ -275,7 +286,7 @@ class Semantic:
         whose history may not be embedded (no consent yet: most searches of a new user) gets its
         answer here, without a worker or a connection. Never raises.
         """
-        gate = self.gate(scope.identity)
+        gate = self.gate(scope.identity, scope.folders)
         if gate != "ok":
             answered: Future[SemanticOutcome] = Future()
             answered.set_result(SemanticOutcome(status=gate))
@@ -379,7 +390,7 @@ class Semantic:
         if store.outdated:
             # Migrating converts every stored vector (seconds on a large index): never on a search's
             # path. The background indexer migrates, then checks; meanwhile keyword results stand.
-            memory.background.start(env, scope.identity, session_ids, embedder)
+            memory.background.start(env, scope.identity, session_ids, embedder, scope.folders)
             return store, "indexing", None
         key = vectors_key(fingerprint, framing)
         active_totals = memory.complete.get(store, key, scope)
@@ -411,7 +422,7 @@ class Semantic:
                             embedding,
                             embedder,
                             deadline,
-                            should_continue=gate_check(scope.identity),
+                            should_continue=gate_check(scope.identity, scope.folders),
                             plan=plan,
                         )
                     except EmbeddingUnavailable:
@@ -424,7 +435,7 @@ class Semantic:
         if complete:
             memory.complete.put(store, key, scope, plan.active_totals)
             return store, "ready", plan.active_totals
-        memory.background.start(env, scope.identity, session_ids, embedder)
+        memory.background.start(env, scope.identity, session_ids, embedder, scope.folders)
         return store, "indexing", plan.active_totals
 
     def _status_without_work(
@@ -454,14 +465,17 @@ class Semantic:
         chunk_index = row.get("matched_chunk")
         if chunk_index is None or framing is None:
             return None
-        chunks = chunk_text(message_text(row["content"]), framing.chunk_size, framing.chunk_overlap)
+        chunks = chunk_text(
+            framing.message(message_text(row["content"])), framing.chunk_size, framing.chunk_overlap
+        )
         if chunk_index >= len(chunks):
             return None
         chunk = chunks[chunk_index]
         if framing.context_messages:
             session_id = row["session_id"]
             earlier = db.preceding_messages({session_id: row["message_id"] - 1}, framing.context_messages)
-            chunk = embedded_text(chunk, earlier.get(session_id, []), framing)
+            previous = [framing.message(text) for text in earlier.get(session_id, [])]
+            chunk = embedded_text(chunk, previous, framing)
         return chunk
 
     # ----------------------------------------------------------------------- the terminal's work
@@ -479,10 +493,13 @@ class Semantic:
         embedder: Any,
         progress: Callable[[int, int], None] | None = None,
         lock_wait: float | None = None,
+        folders: Sequence[str] | None = None,
     ) -> tuple[int, bool]:
         """Build this project's index now (``index``): (chunks written, complete)."""
         kwargs = {} if lock_wait is None else {"lock_wait": lock_wait}
-        return index_scope(self.env, identity, session_ids, embedder, progress=progress, **kwargs)
+        return index_scope(
+            self.env, identity, session_ids, embedder, progress=progress, folders=folders, **kwargs
+        )
 
 
 def _check_width(store: IndexStore, fingerprint: str, query_vector: Any) -> None:
@@ -525,6 +542,7 @@ __all__ = [
     "Semantic",
     "SemanticMemory",
     "SemanticOutcome",
+    "consent_file_problem",
     "consent_record",
     "describe_failure",
     "destination",

@@ -14,7 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..text import CJK_CHARS
+from ..text import CJK_CHARS, redact_secrets
+
+#: Bumped when text.redact changes what it replaces (remote providers then re-check every message).
+REDACTION_VERSION = 1
 
 _CJK_CHAR = re.compile(f"[{CJK_CHARS}]")
 # A unit is one CJK character, or a run of other non-space characters with its trailing space.
@@ -124,6 +127,11 @@ class Framing:
     so chunks are cut to :data:`MODEL_TOKEN_SHARE` of it (estimated tokens: code runs about 1.4
     word-pieces per estimated token, so a chunk this size still fits) and a chunk's context only
     takes what is left of that budget. Remote models keep the configured sizes.
+
+    For a model that is not in-process (``openai``, ``voyage``), every message is redacted whole
+    (:func:`text.redact_secrets`) before it is cut or frames another chunk (``redact``): a key
+    spanning two chunks is still one span, and no message reaches the provider as context unredacted.
+    The in-process model reads messages as they are: nothing leaves the machine.
     """
 
     chunk_size: int
@@ -131,6 +139,7 @@ class Framing:
     context_messages: int
     context_tokens: int  # at most this much preceding text (estimated tokens)
     input_tokens: int = 0  # context + chunk budget in estimated tokens; 0: no model limit known
+    redact: bool = False  # messages are redacted before they are cut (a remote provider)
 
     @classmethod
     def of(cls, embedding: Any, embedder: Any = None) -> Framing:
@@ -148,6 +157,7 @@ class Framing:
             context_messages=embedding.context_messages,
             context_tokens=embedding.chunk_size // 4,
             input_tokens=budget,
+            redact=embedding.provider != "local",
         )
 
     @property
@@ -156,7 +166,13 @@ class Framing:
         base = f"chunk={self.chunk_size}/{self.chunk_overlap}|context={self.context_messages}"
         if self.context_tokens != self.chunk_size // 4:
             base += f"/{self.context_tokens}"
-        return base + (f"|input={self.input_tokens}" if self.input_tokens else "")
+        base += f"|input={self.input_tokens}" if self.input_tokens else ""
+        # A change of the redaction rules changes what is sent: the next check reads every message.
+        return base + (f"|redact={REDACTION_VERSION}" if self.redact else "")
+
+    def message(self, text: str) -> str:
+        """A message's text as it is cut into chunks: redacted whole for a remote model."""
+        return redact_secrets(text) if self.redact else text
 
 
 #: Share of a local model's token limit (word-pieces) a chunk and its context may take, in the

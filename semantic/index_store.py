@@ -37,7 +37,13 @@ READ_BUSY_SECONDS = 0.5  # a search never waits longer than this for a writer of
 INLINE_BUSY_SECONDS = 0.5  # inline indexing during a search
 BACKGROUND_BUSY_SECONDS = 15.0  # the background indexer and the CLI's `index` can wait
 
-PURGE_HINT = "run `hermes project-history disable --purge`, then `hermes project-history enable`"
+
+def purge_hint() -> str:
+    """What to run when the index cannot be used as it is (every vector is embedded again)."""
+    from ..store import hint
+
+    return f"run {hint('project-history', 'revoke', '--purge')}, then {hint('project-history', 'allow')}"
+
 
 # Numbered steps; each runs once, in one transaction, and records its number in meta.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
@@ -114,7 +120,7 @@ def width_mismatch(path: Path, stored: int, got: int) -> WidthMismatch:
         f"the embedding model now returns {got}-dimensional vectors but the semantic index {path} "
         f"holds {stored}-dimensional ones for the same model settings: the model behind the endpoint "
         f"changed. Point embedding.model (or base_url) at the model the index was built with, or "
-        f"{PURGE_HINT}"
+        f"{purge_hint()}"
     )
 
 
@@ -130,43 +136,60 @@ def _float16_blob(blob: bytes) -> bytes:
 # --------------------------------------------------------------------------- file checks
 
 
-def _check_file(path: Path) -> None:
-    """Refuse a file that is not a whole SQLite database before SQLite reads garbage pages.
+def _check_file(path: Path) -> bool:
+    """Refuse a file that is not a SQLite database before SQLite reads garbage pages; True when the
+    file is shorter than its header says (see :func:`_whole`).
 
     The header's page count (valid when its change counter matches "version-valid-for") times
-    the page size must fit in the file: a half-truncated copy fails here, at no cost.
+    the page size fits in a whole file. A file that is shorter is a half-truncated copy, or a
+    checkpoint that ran out of disk while the WAL still holds every page: only SQLite can tell.
     """
     size = path.stat().st_size
     if size == 0:
-        raise IndexUnavailable(f"the semantic index {path} is empty (damaged); {PURGE_HINT}")
+        raise IndexUnavailable(f"the semantic index {path} is empty (damaged); {purge_hint()}")
     with path.open("rb") as handle:
         header = handle.read(100)
     if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
-        raise IndexUnavailable(f"the semantic index {path} is not a SQLite database (damaged); {PURGE_HINT}")
+        raise IndexUnavailable(
+            f"the semantic index {path} is not a SQLite database (damaged); {purge_hint()}"
+        )
     page_size = int.from_bytes(header[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size
     pages = int.from_bytes(header[28:32], "big")
-    if header[24:28] == header[92:96] and pages * page_size > size:
+    return header[24:28] == header[92:96] and pages * page_size > size
+
+
+def _whole(conn: sqlite3.Connection, path: Path) -> None:
+    """For a file shorter than its header says: SQLite's own check, over the WAL too. A disk that
+    filled during a checkpoint leaves such a file with everything still readable; a truncated
+    copy fails here and is reported as damaged."""
+    try:
+        verdict = conn.execute("PRAGMA quick_check(1)").fetchone()
+    except sqlite3.DatabaseError as error:
+        verdict = (str(error),)
+    if not verdict or verdict[0] != "ok":
+        size = path.stat().st_size
         raise IndexUnavailable(
-            f"the semantic index {path} is truncated ({size} of {pages * page_size} bytes); {PURGE_HINT}"
+            f"the semantic index {path} is truncated ({size} bytes; SQLite: "
+            f"{verdict[0] if verdict else 'no answer'}); {purge_hint()}"
         )
 
 
 def _stored_version(conn: sqlite3.Connection, path: Path) -> int:
     has_meta = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone()
     if not has_meta:
-        raise IndexUnavailable(f"the semantic index {path} has no schema (damaged); {PURGE_HINT}")
+        raise IndexUnavailable(f"the semantic index {path} has no schema (damaged); {purge_hint()}")
     row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     try:
         version = int(row[0]) if row else 0
     except (TypeError, ValueError):
         raise IndexUnavailable(
-            f"the semantic index {path} has an unreadable schema version; {PURGE_HINT}"
+            f"the semantic index {path} has an unreadable schema version; {purge_hint()}"
         ) from None
     if version > SCHEMA_VERSION:
         raise IndexUnavailable(
             f"the semantic index {path} was written by a newer version of project-history-recall "
-            f"(schema {version}, this one knows {SCHEMA_VERSION}): update the plugin, or {PURGE_HINT}"
+            f"(schema {version}, this one knows {SCHEMA_VERSION}): update the plugin, or {purge_hint()}"
         )
     return version
 
@@ -247,12 +270,14 @@ class IndexStore:
     def open_readonly(cls, path: Path, busy_seconds: float = READ_BUSY_SECONDS) -> IndexStore:
         if not path.exists():
             return cls(path, None, writable=False)
-        _check_file(path)
+        short = _check_file(path)
         uri = path.resolve().as_uri() + "?mode=ro"
         conn = sqlite3.connect(
             uri, uri=True, timeout=busy_seconds, isolation_level=None, check_same_thread=False
         )
         try:
+            if short:
+                _whole(conn, path)
             if _stored_version(conn, path) < SCHEMA_VERSION:
                 conn.close()  # the next indexer migrates it; until then there is nothing to read
                 return cls(path, None, writable=False, outdated=True)
@@ -266,9 +291,12 @@ class IndexStore:
         """For an indexer that holds :func:`indexer_lock`: creates and migrates as needed."""
         if not path.exists():
             _create(path)
-        _check_file(path)
+        short = _check_file(path)
         conn = sqlite3.connect(str(path), timeout=busy_seconds, isolation_level=None, check_same_thread=False)
         try:
+            if short:  # a checkpoint cut off by a full disk: checkpoint again, now there is room
+                _whole(conn, path)
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             conn.execute("PRAGMA synchronous = NORMAL")
             _migrate(conn, path)
         except BaseException:

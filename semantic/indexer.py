@@ -118,11 +118,11 @@ def pending_chunks(
     if context and messages:
         resumed = {m["session_id"]: after[m["session_id"]] for m in messages if after[m["session_id"]]}
         earlier = db.preceding_messages(resumed, context)
-        recent = {sid: deque(texts, maxlen=context) for sid, texts in earlier.items()}
+        recent = {sid: deque(map(framing.message, texts), maxlen=context) for sid, texts in earlier.items()}
     todo: list[tuple[ChunkKey, str, str]] = []
     wanted: set[ChunkKey] = set()
     for message in messages:
-        session_id, text = message["session_id"], message_text(message["content"])
+        session_id, text = message["session_id"], framing.message(message_text(message["content"]))
         previous = recent.setdefault(session_id, deque(maxlen=max(1, context)))
         chunks = chunks_with_tokens(text, framing.chunk_size, framing.chunk_overlap)
         for index, (chunk, tokens) in enumerate(chunks):
@@ -261,13 +261,14 @@ def build_index(
     return written, pending.complete
 
 
-def gate_check(identity: dict[str, Any]) -> Callable[[], bool]:
+def gate_check(identity: dict[str, Any], folders: Sequence[str] | None = None) -> Callable[[], bool]:
     """A ``should_continue`` that reads config.yaml and consent.json afresh before every batch."""
     from .consent import read_consent, semantic_gate
 
     def allowed() -> bool:
         env = HermesEnv.current()
-        return semantic_gate(env.settings.embedding, read_consent(env), identity, env.profile) == "ok"
+        consent = read_consent(env)
+        return semantic_gate(env.settings.embedding, consent, identity, env.profile, folders) == "ok"
 
     return allowed
 
@@ -280,8 +281,10 @@ def index_scope(
     deadline: float | None = None,
     progress: Callable[[int, int], None] | None = None,
     lock_wait: float = LOCK_RETRY_SECONDS,
+    folders: Sequence[str] | None = None,
 ) -> tuple[int, bool]:
-    """Take the lock, open both databases, build. ``(0, False)`` when another indexer keeps the lock."""
+    """Take the lock, open both databases, build. ``(0, False)`` when another indexer keeps the lock.
+    Every batch asks the consent gate first (``folders``: the project's folders when it started)."""
     with indexer_lock(env.data_dir, lock_wait) as taken:
         if not taken:
             return 0, False
@@ -297,7 +300,7 @@ def index_scope(
                 embedder,
                 deadline,
                 progress,
-                should_continue=gate_check(identity),
+                should_continue=gate_check(identity, folders),
             )
             if complete:
                 _refresh_matrix_file(store, embedder.fingerprint, identity, session_ids)
@@ -357,7 +360,12 @@ class BackgroundIndexer:
             return bool(thread and thread.is_alive())
 
     def start(
-        self, env: HermesEnv, identity: dict[str, Any], session_ids: Sequence[str], embedder: Any
+        self,
+        env: HermesEnv,
+        identity: dict[str, Any],
+        session_ids: Sequence[str],
+        embedder: Any,
+        folders: Sequence[str] | None = None,
     ) -> None:
         """Finish the index off the agent's path; a failure leaves ``partial`` for the next search."""
         key = self._key(env, embedder.fingerprint, session_ids)
@@ -365,7 +373,7 @@ class BackgroundIndexer:
 
         def work() -> None:
             try:
-                index_scope(HermesEnv.current(), identity, ids, embedder)
+                index_scope(HermesEnv.current(), identity, ids, embedder, folders=folders)
             except Exception:  # the next search reports partial/unavailable with the reason
                 logger.warning("background indexing stopped", exc_info=True)
 

@@ -39,12 +39,12 @@ from typing import Any
 from ..store import EMPTY_TOTALS, HermesDB
 from .chunking import content_hash
 from .index_store import (
-    PURGE_HINT,
     VECTOR_BYTES,
     VECTOR_DTYPE,
     IndexStore,
     WidthMismatch,
     file_lock,
+    purge_hint,
     width_mismatch,
 )
 
@@ -568,7 +568,7 @@ def top_messages(
     if matrix.width != len(query_vector):
         raise WidthMismatch(
             f"the embedding model returns {len(query_vector)}-dimensional vectors but the index holds "
-            f"{matrix.width}-dimensional ones: the model behind the endpoint changed; {PURGE_HINT}"
+            f"{matrix.width}-dimensional ones: the model behind the endpoint changed; {purge_hint()}"
         )
     # einsum runs on this thread: BLAS's threads stall whenever another process has the other
     # cores (docs/benchmarks.md, "Code choices").

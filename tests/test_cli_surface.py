@@ -83,12 +83,12 @@ def test_unknown_session_is_an_error(cli_world):
     assert "session not found: nope" in done.stderr
 
 
-def test_status_and_search_count_the_same_sessions(cli_world):
+def test_status_and_search_count_the_same_conversations(cli_world):
     status = cli(cli_world, "status")
     search = cli(cli_world, "search", "login", "--mode", "keyword")
     assert status.returncode == 0 and search.returncode == 0, status.stderr + search.stderr
-    in_status = re.search(r"Alpha \(p_[0-9a-f]+\): (\d+) sessions", status.stdout)
-    in_search = re.search(r"·\s+(\d+) sessions", search.stdout)
+    in_status = re.search(r"Alpha \(p_[0-9a-f]+\): (\d+) conversations", status.stdout)
+    in_search = re.search(r"·\s+(\d+) conversations", search.stdout)
     assert in_status and in_search, status.stdout + search.stdout
     assert in_status.group(1) == in_search.group(1) == "2"
 

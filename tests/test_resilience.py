@@ -50,7 +50,7 @@ class Case:
     hidden_module: str | None = None
 
 
-DAMAGED = (("disable --purge",),)
+DAMAGED = (("revoke --purge",),)
 READ_ONLY = (("permission",), ("read-only",))
 CASES = [
     Case("garbage", DAMAGED),
@@ -59,7 +59,7 @@ CASES = [
     Case("read_only_file", READ_ONLY, child=True, drop_privileges=True),
     Case("read_only_folder", READ_ONLY, child=True, drop_privileges=True),
     Case("locked", (("locked",),)),
-    Case("future_schema", (("newer", "disable --purge"),)),
+    Case("future_schema", (("newer", "revoke --purge"),)),
     Case("numpy_missing", (("pip install", "numpy"),), child=True, hidden_module="numpy"),
     Case("onnxruntime_missing", (("pip install", "onnxruntime"),), child=True, hidden_module="onnxruntime"),
 ]

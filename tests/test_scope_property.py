@@ -35,7 +35,10 @@ from harness import World, new_session_id
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+# Folders that differ only in case, NFC/NFD, wildcards or trailing/leading whitespace are all
+# different folders on Linux, and must stay different projects.
 NAMES = ["app", "app2", "APP", "a%b", "a_b", "axb", "ü", "u\u0308", "日本", "x.y", "sp ace"]
+NAMES += ["app ", "app\n", " app"]
 WORD = "zebra"  # in every message of every example: a leak across examples would be found
 MODES = ("keyword", "semantic", "hybrid")
 WINDOWS_FORMS = ["in", "case", "dotdot", "unc", "auto"]

@@ -1,12 +1,12 @@
 """Text as the plugin shows it to a model or a terminal: control characters out, credentials
-redacted (:mod:`.redaction`), bounded snippets around what matched. Pure: no I/O."""
+redacted (:mod:`.redact`), bounded snippets around what matched. Pure: no I/O."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
 
-from .redaction import redact_secrets
+from .redact import redact_secrets
 
 SNIPPET_CHARS = 240
 
@@ -34,7 +34,8 @@ def make_snippet(text: str, needles: Sequence[str], width: int = SNIPPET_CHARS) 
     escape sequence or a bidi override in history must not act on either. Credential-looking
     spans are replaced: the tool result goes to the model's provider, off this machine.
     """
-    text = " ".join(redact_secrets(without_controls(text)).split())
+    # Redaction first: it reads through zero-width characters that would be spaces afterwards.
+    text = " ".join(without_controls(redact_secrets(text)).split())
     if len(text) <= width:
         return text
     folded = text.casefold()
@@ -48,6 +49,14 @@ def make_snippet(text: str, needles: Sequence[str], width: int = SNIPPET_CHARS) 
     if end < len(text) and " " in text[end - 20 : end]:
         end = text.rindex(" ", start, end)
     return ("…" if start > 0 else "") + text[start:end] + ("…" if end < len(text) else "")
+
+
+def clean_title(title: str | None) -> str | None:
+    """A session title as a snippet is shown: control characters out, credentials redacted,
+    whitespace folded (a title is conversation text, written by a model from what was said)."""
+    if not title:
+        return title
+    return " ".join(without_controls(redact_secrets(title)).split())
 
 
 MAX_ECHO_CHARS = 64

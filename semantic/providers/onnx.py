@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...config_schema import EmbeddingSettings
-from ...store import install_command
+from ...store import hint, install_command
 from .base import Counters, EmbeddingUnavailable, fingerprint_of, normalise, prepare_texts, shorten
 
 if TYPE_CHECKING:
@@ -196,7 +196,7 @@ class LocalModels:
             except ImportError as exc:
                 raise EmbeddingUnavailable(
                     f"the local embedding provider needs onnxruntime and tokenizers ({exc}); run "
-                    "`hermes project-history setup local`, or: "
+                    f"{hint('project-history', 'setup', 'local')}, or: "
                     f"{install_command('onnxruntime', 'tokenizers')}"
                 ) from None
 

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...config_schema import EmbeddingSettings, endpoint_url, redact_url
-from ...text import redact_secrets
-from .base import Counters, EmbeddingUnavailable, fingerprint_of, normalise, prepare_texts, scrub, shorten
+from ...text import redact_secrets, scrub_error
+from .base import Counters, EmbeddingUnavailable, fingerprint_of, normalise, prepare_texts, shorten
 
 if TYPE_CHECKING:
     import numpy
@@ -101,6 +101,8 @@ class OpenAICompatibleEmbedder(Counters):
         self._endpoint = endpoint_url(embedding)
         self._shown_endpoint = redact_url(self._endpoint)
         self._secret = api_key
+        # What an error text may echo back: the key, and base_url's userinfo and query values.
+        self._secrets = (api_key, embedding.base_url)
         self._dim: int | None = None
         self._client_lock = threading.Lock()
         self._client = self._new_client()
@@ -234,7 +236,7 @@ class OpenAICompatibleEmbedder(Counters):
                 log.info(
                     "embedding request to %s failed (%s); retry %d/%d in %.2fs",
                     self._shown_endpoint,
-                    scrub(failure, self._secret),
+                    scrub_error(failure, self._secrets),
                     attempt + 1,
                     attempts - 1,
                     delay,
@@ -243,10 +245,10 @@ class OpenAICompatibleEmbedder(Counters):
         # Raised outside the except blocks so no client exception (and its request headers) is
         # attached as __context__.
         raise EmbeddingUnavailable(
-            scrub(
+            scrub_error(
                 f"{self._settings.provider} embeddings at {self._shown_endpoint} (model "
                 f"{settings.model!r}) unavailable after {attempt + 1} attempt(s): {failure}",
-                self._secret,
+                self._secrets,
             )
         )
 
@@ -256,8 +258,16 @@ class OpenAICompatibleEmbedder(Counters):
 
         where = f"{self._settings.provider} embeddings at {self._shown_endpoint}"
         data = sorted(getattr(response, "data", None) or [], key=lambda item: item.index)
-        if len(data) != expected or [item.index for item in data] != list(range(expected)):
+        if len(data) != expected:
             raise EmbeddingUnavailable(f"{where} returned {len(data)} vectors for {expected} inputs")
+        indexes = [item.index for item in data]
+        if indexes != list(range(expected)):
+            duplicated = sorted({i for i in indexes if indexes.count(i) > 1})
+            missing = sorted(set(range(expected)) - set(indexes))
+            raise EmbeddingUnavailable(
+                f"{where} returned {expected} vectors for {expected} inputs but not one per input "
+                f"(index repeated: {duplicated[:5]}, missing: {missing[:5]})"
+            )
         try:
             matrix = np.asarray([item.embedding for item in data], dtype=np.float32)
         except (TypeError, ValueError) as exc:

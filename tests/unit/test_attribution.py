@@ -23,7 +23,8 @@ def project(pid: str, name: str, *folders: str, archived: bool = False) -> dict:
         ("/a/proj", "/a/proj"),
         ("/a/proj/", "/a/proj"),
         ("/a//proj///", "/a/proj"),
-        ("  /a/proj  ", "/a/proj"),
+        ("  /a/proj", ""),  # a leading space: a relative path, no place (never trimmed)
+        ("/a/proj ", "/a/proj "),  # a trailing space is part of the folder's name
         ("/A/Proj", "/A/Proj"),  # POSIX keeps case
         ("/", ""),
         ("", ""),

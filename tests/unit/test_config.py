@@ -91,3 +91,16 @@ def test_endpoints_are_shown_without_their_secrets(cs):
     assert cs.endpoint_of(e) == "http://host:8080/v1/"
     assert cs.endpoint_secret(e) and cs.endpoint_secret(cs.EmbeddingSettings(base_url="http://h/v1")) == ""
     assert cs.endpoint_of(cs.EmbeddingSettings(provider="voyage")) == "https://api.voyageai.com/v1"
+
+
+def test_the_first_sentence_of_each_tool_says_when_within_what_hermes_020_shows(phr):
+    """Hermes 0.20 offers plugin tools through a deferred catalog that shows each description's
+    first sentence, cut at 60 characters (tools/tool_search.py ``_short_desc``)."""
+    import re
+
+    handlers = phr.handlers
+    for schema in (handlers.SEARCH_SCHEMA, handlers.MOVE_SCHEMA):
+        first = re.split(r"[.!?\n]", schema["description"], maxsplit=1)[0]
+        assert len(first) <= 60, first
+    search_first = re.split(r"[.!?\n]", handlers.SEARCH_SCHEMA["description"], maxsplit=1)[0]
+    assert search_first.startswith("Use when") and "project" in search_first

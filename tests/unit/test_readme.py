@@ -85,5 +85,5 @@ def test_readme_is_a_short_user_guide():
 
 def test_after_install_gives_the_three_commands():
     text = (REPO / "after-install.md").read_text(encoding="utf-8")
-    for command in ("setup local", "allow --all-projects", "index --all-projects"):
+    for command in ("setup local --yes --allow-all-projects", "allow --all-projects", "index --all-projects"):
         assert f"hermes project-history {command}" in text

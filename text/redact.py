@@ -1,0 +1,1170 @@
+"""Credentials out of text before it leaves the machine: :func:`redact_secrets`, :func:`scrub_error`.
+
+Conversations hold pasted keys, passwords and private keys. Message text goes to a remote embedding
+provider, snippets and titles go to the chat model's provider, so every credential-looking span is
+replaced by :data:`PLACEHOLDER` first. The label stays (``password: [redacted]``, ``Authorization:
+Bearer [redacted]``, ``postgres://app:[redacted]@db``, the ``-----BEGIN``/``-----END`` lines of a
+key), so the text still says what was there and stays searchable.
+
+How a text is read:
+
+* **Normalised, then redacted in place.** Rules run on a view of the text in which each character
+  is NFKC-normalised on its own (full-width ``ｐａｓｓｗｏｒｄ：`` reads ``password:``) and zero-width
+  and other invisible format characters are dropped (a key split by U+200B reads whole). Each span
+  found in the view is mapped back to the original, and only those spans change: a text with
+  nothing to redact comes back as it came (the same object), and a redacted one differs from it only
+  where a span was.
+* **Rules** (see :data:`RULES`), each skipped unless a literal it needs occurs in the text:
+
+  - ``armor``: blocks whose label says ``PRIVATE``, ``SECRET`` or ``ENCRYPTED`` (PEM, PKCS#8,
+    OpenSSH, PGP): the body up to ``-----END``, or to the end of the text when there is none; a
+    body whose BEGIN was cut off (the base64 lines above an ``-----END`` line); and, with no armour
+    left at all, two or more lines of random base64 the width of a key body (the middle chunk of a
+    long key). Certificates and public keys stay.
+  - ``prefix``: provider tokens by prefix. The list is Hermes's own, ``agent.redact._PREFIX_PATTERNS``
+    (40+ prefixes, maintained there), imported at first use; outside Hermes a small fallback of the
+    common ones (:data:`FALLBACK_PREFIX_PATTERNS`). Always added: the two shapes that list lacks
+    (GitLab ``glpat-``, AWS ``ASIA`` ids). A match runs on over dotted parts (SendGrid's
+    ``SG.<id>.<secret>``) and over a next line that is nothing but the rest of the token.
+  - ``token``: JWTs, Slack and Discord webhook URLs, Telegram bot tokens (``<id>:AA…``), and AWS
+    secret access keys (a random 40-character base64 token in a text that holds an AWS key id, or
+    says both "aws" and "secret").
+  - ``url``: the password of ``scheme://user:password@host`` (split at the last ``@``, so a password
+    may hold ``@``), a bare random token as userinfo, random values of credential query parameters
+    (``sig=``, ``X-Amz-Signature=``, ``code=``...).
+  - ``header``: ``Authorization:``/``Proxy-Authorization:`` of any scheme (the scheme word stays),
+    a bare ``Bearer <random>`` or ``Basic <base64 of user:password>``, random ``Cookie:`` values.
+  - ``command``: ``--password value`` and other secret-naming flags, ``mysql -p<password>``,
+    ``docker login -p``, ``sshpass -p``, ``redis-cli -a``, ``curl -u user:password``,
+    ``openssl -passin pass:…``, ``auth=("user", "password")``, ``.netrc``.
+  - ``label``: ``key=value``, ``key: value``, ``"key": "value"``, ``KEY="value"``, ``key := value``,
+    ``${KEY:-default}``, ``密码：…``, ``password is …`` where the key names a secret
+    (``DB_PASSWORD``, ``aws_secret_access_key``, ``authToken``, ``client-secret``, ``密钥``...).
+    What the key names decides what the value must look like: a password's value runs to the end of
+    the line (``password: correct horse battery staple``), up to where a next ``key:`` starts; a
+    token's is one word of eight characters or more that is not a plain word; a bare ``key``
+    (``AZURE_OPENAI_KEY``, ``AccountKey``) or any other secret word followed by an unknown word
+    counts only when its value looks random; after ``is`` a password needs a digit or a symbol
+    (``the password is required`` stays). Values that are code or stand-ins stay
+    (``self.api_key = api_key``, ``password: str``, ``token: ${{ secrets.TOKEN }}``,
+    ``os.environ["KEY"]``, ``<your-key>``, ``[REDACTED]``, ``***``); of prose (six words or more,
+    bold, or in a script other than Latin) only a first word that is no plain word goes. Keys whose
+    last word says they are not the secret stay too (``password_hash``, ``token_count``,
+    ``max_tokens``, ``api_key_id``, ``public_key``).
+
+* Idempotent (the placeholder is a stand-in value to every rule), never raises (an internal failure
+  yields :data:`PLACEHOLDER` alone: fail closed), and not switched off by Hermes's
+  ``HERMES_REDACT_SECRETS``: only Hermes's list of patterns is borrowed, never its redactor.
+
+Standard library only; no module state but compiled patterns and constants (Hermes's list is read
+once, through :func:`functools.cache`). Cost: two scans of every text (label words on the lowered
+text; runs of token characters for the prefixes) and a few substring checks; on the development
+transcripts (9,261 messages, 3,071 characters on average) about 1.3 times the redaction it
+replaces (bench/redaction.py). detect-secrets (1.5, default plugins, line by line) is not used,
+not even optionally: on the first 1,500 of those messages it took about 200 times as long per
+message and flagged 84% of them (its entropy and keyword detectors are meant for files with a
+baseline of accepted findings), and even counting any overlapping finding as a catch it missed
+three of the corpus's shapes (a service account's JSON key, .env lines, a full-width label).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import bisect
+import functools
+import re
+import unicodedata
+from collections.abc import Callable, Iterable
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
+
+PLACEHOLDER = "[redacted]"
+
+__all__ = ("PLACEHOLDER", "RULES", "explain", "redact_secrets", "scrub_error")
+
+# --------------------------------------------------------------------------- the normalised view
+
+#: Dropped from the view: format characters (Unicode 14 ``Cf``: soft hyphen, zero-width space and
+#: joiners, word joiner, BOM, bidi controls, tags) and invisible marks and fillers (combining
+#: grapheme joiner, variation selectors, Mongolian selectors, Hangul fillers, Khmer inherent vowels).
+DROPPED_CHARACTERS = (
+    "\xad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u115f\u1160\u17b4\u17b5"
+    "\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufe00-\ufe0f\ufeff"
+    "\uffa0\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U00013438\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f\U000e0100-\U000e01ef"
+)
+#: Non-ASCII ranges in which every character is its own NFKC form and none is dropped (Latin,
+#: Greek, Cyrillic, Hebrew, Arabic, Devanagari, Thai letters, quotes, symbols, kana, CJK ideographs,
+#: Hangul, emoji): a text's other non-ASCII characters are normalised one by one.
+#: tests/unit/test_redact.py checks both lists against the running Python's ``unicodedata``.
+STABLE_CHARACTERS = (
+    "\u0080-\u009f\u00a1-\u00a7\u00a9\u00ab-\u00ac\u00ae\u00b0-\u00b1\u00b6-\u00b7\u00bb"
+    "\u00bf-\u0131\u0134-\u013e\u0141-\u0148\u014a-\u017e\u0180-\u01c3\u01cd-\u01f0\u01f4-\u024f"
+    "\u0370-\u0373\u0375-\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1"
+    "\u03a3-\u03cf\u03d7-\u03ef\u03f3\u03f6-\u03f8\u03fa-\u052f\u0591-\u05c7\u05d0-\u05ea"
+    "\u05ef-\u05f4\u0606-\u061b\u061d-\u0674\u0679-\u06dc\u06de-\u06ff\u0900-\u0957\u0960-\u097f"
+    "\u0e01-\u0e32\u0e34-\u0e3a\u0e3f-\u0e5b\u1e00-\u1e99\u1e9c-\u1eff\u2010\u2012-\u2016"
+    "\u2018-\u2023\u2027-\u2029\u2030-\u2032\u2035\u2038-\u203b\u203d\u203f-\u2046\u204a-\u2056"
+    "\u2058-\u205e\u20a0-\u20a7\u20a9-\u20c0\u20d0-\u20f0\u2190-\u222b\u222e\u2231-\u2328"
+    "\u232b-\u2426\u2440-\u244a\u24eb-\u2a0b\u2a0d-\u2a73\u2a77-\u2adb\u2add-\u2b73\u2b76-\u2b95"
+    "\u2b97-\u2bff\u3001-\u3035\u3037\u303b-\u303f\u3041-\u3096\u3099-\u309a\u309d-\u309e"
+    "\u30a0-\u30fe\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7a3\ue000-\uf8ff\ufffd\U0001f000-\U0001f02b"
+    "\U0001f030-\U0001f093\U0001f0a0-\U0001f0ae\U0001f0b1-\U0001f0bf\U0001f0c1-\U0001f0cf"
+    "\U0001f0d1-\U0001f0f5\U0001f10b-\U0001f10f\U0001f12f\U0001f150-\U0001f169"
+    "\U0001f16d-\U0001f18f\U0001f191-\U0001f1ad\U0001f1e6-\U0001f1ff\U0001f260-\U0001f265"
+    "\U0001f300-\U0001f6d7\U0001f6dd-\U0001f6ec\U0001f6f0-\U0001f6fc\U0001f700-\U0001f773"
+    "\U0001f780-\U0001f7d8\U0001f7e0-\U0001f7eb\U0001f7f0\U0001f800-\U0001f80b"
+    "\U0001f810-\U0001f847\U0001f850-\U0001f859\U0001f860-\U0001f887\U0001f890-\U0001f8ad"
+    "\U0001f8b0-\U0001f8b1\U0001f900-\U0001fa53\U0001fa60-\U0001fa6d\U0001fa70-\U0001fa74"
+    "\U0001fa78-\U0001fa7c\U0001fa80-\U0001fa86\U0001fa90-\U0001faac\U0001fab0-\U0001faba"
+    "\U0001fac0-\U0001fac5\U0001fad0-\U0001fad9\U0001fae0-\U0001fae7\U0001faf0-\U0001faf6"
+)
+_DROPPED = re.compile(f"[{DROPPED_CHARACTERS}]")
+_MAYBE_CHANGED = re.compile(f"[^\\x00-\\x7f{STABLE_CHARACTERS}]")
+
+
+class _View:
+    """The text as the rules read it (:attr:`text`), and the way back to the original's offsets.
+
+    Only characters whose normal form is not one character long (a dropped one; ``…`` read as
+    ``...``) move offsets; they are kept as (view start, view end, original start, original end).
+    """
+
+    __slots__ = ("_o_ends", "_o_starts", "_v_ends", "_v_starts", "text")
+
+    def __init__(self, original: str) -> None:
+        self.text = original
+        self._v_starts: list[int] = []
+        self._v_ends: list[int] = []
+        self._o_starts: list[int] = []
+        self._o_ends: list[int] = []
+        if original.isascii():
+            return
+        normal_forms = {}
+        for char in set(_MAYBE_CHANGED.findall(original)):
+            normal = "" if _DROPPED.match(char) else unicodedata.normalize("NFKC", char)
+            if normal != char:
+                normal_forms[char] = normal
+        if not normal_forms:
+            return
+        if all(len(normal) == 1 for normal in normal_forms.values()):  # offsets stay
+            view = original
+            for char, normal in normal_forms.items():
+                view = view.replace(char, normal)
+            self.text = view
+            return
+        pieces: list[str] = []
+        done = 0  # the original is copied up to here
+        shift = 0  # view offset minus original offset, after ``done``
+        for match in _MAYBE_CHANGED.finditer(original):
+            char = match.group()
+            normal = normal_forms.get(char, char)
+            if normal == char:
+                continue
+            at = match.start()
+            pieces.append(original[done:at])
+            pieces.append(normal)
+            done = at + 1
+            if len(normal) != 1:
+                self._v_starts.append(at + shift)
+                self._v_ends.append(at + shift + len(normal))
+                self._o_starts.append(at)
+                self._o_ends.append(at + 1)
+                shift += len(normal) - 1
+        if pieces:
+            pieces.append(original[done:])
+            self.text = "".join(pieces)
+
+    def original_span(self, start: int, end: int) -> tuple[int, int]:
+        """The original's offsets of the view's ``[start, end)``; an end inside a character's
+        expansion takes the whole character."""
+        if not self._v_ends:
+            return start, end
+        return self._to_original(start, True), self._to_original(end, False)
+
+    def _to_original(self, at: int, is_start: bool) -> int:
+        k = bisect.bisect_right(self._v_ends, at)
+        if k < len(self._v_ends) and self._v_starts[k] < at:  # inside an expansion
+            return self._o_starts[k] if is_start else self._o_ends[k]
+        return at + (self._o_ends[k - 1] - self._v_ends[k - 1] if k else 0)
+
+
+# --------------------------------------------------------------------------- judging a value
+
+# A value that is no secret starts like a reference (``$VAR``, ``${...}``, ``%s``, ``%VAR%``,
+# ``!Ref x``, ``&anchor``), a template or markup (``{``, ``<``, ``(``, ``[``), a comment, an ellipsis,
+# a string with a prefix (``f"..."``), or a lookup of the environment. A password may start with
+# ``!``, ``#``, ``*``, ``@`` or ``%`` too, so those count only in these shapes.
+_REFERENCE_START = re.compile(
+    r"""\$(?:[A-Za-z0-9_{(@*#?!-]|$)|%[sd(]|%[A-Za-z_]+%|[{<(\[`\\]|![A-Za-z]+(?:\s|$)|&[A-Za-z_]\w*$|\*\*"""
+    r"""|#(?:\s|$|\{)|\|(?:\s|$|-)|~/|\.\.\.|…|//|/\*|[frbu]{1,2}["'`]|\?\?"""
+    r"""|(?:process\.env|os\.(?:environ|getenv)|import\.meta|deno\.env|env\(|getenv|secrets\.|vars\.)""",
+    re.IGNORECASE,
+)
+# An expression of code: a dotted name, a call, an index (``settings.API_KEY``, ``getpass()``,
+# ``config["key"]``, ``user?.token``).
+_CODE_EXPRESSION = re.compile(
+    r"[A-Za-z_$][\w$]*(?:(?:\?\.|\.|::|->)[A-Za-z_$][\w$]*)*(?:\(|\[|(?:\?\.|\.|::|->)[A-Za-z_$])"
+)
+_EXPRESSION_PARTS = re.compile(r"[.(\[\]?:>-]+")
+_IDENTIFIER = re.compile(r"[A-Za-z_$][\w$]*")
+_CAMEL = re.compile(r"[a-z][A-Z]")
+_STAND_INS = frozenset(
+    """
+    str string string? text bytes int integer number float bool boolean any object none null nil
+    undefined true false yes no on off required optional empty hidden masked unset set missing
+    invalid incorrect wrong expired revoked changed updated reset secret secretstr password passwd
+    pass pwd token key apikey credentials credential example placeholder sample dummy todo tbd n/a
+    na varchar char uuid
+    """.split()
+)
+_ENV_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
+_STAND_IN_STARTS = (
+    "your_",
+    "your-",
+    "your ",
+    "yourapi",
+    "yourkey",
+    "yoursecret",
+    "yourtoken",
+    "yourpass",
+    "my_",
+    "my-",
+    "example",
+    "placeholder",
+    "replace",
+    "insert",
+    "enter",
+    "xxx",
+)
+
+
+def _is_placeholder(value: str) -> bool:
+    """A reference, a template, a type, a stand-in: a value that is no secret."""
+    if not value:
+        return True
+    if _REFERENCE_START.match(value):
+        return True
+    folded = value.casefold()
+    if "redacted" in folded or "***" in folded or "…" in folded:
+        return True
+    core = folded.strip(".,;:)]}>'\"` ")
+    if not core or core in _STAND_INS or core.startswith(_STAND_IN_STARTS):
+        return True
+    if _ENV_NAME.fullmatch(value.strip("`'\" ")):
+        return True  # the name of a variable: ``Password: `DB_PASSWORD` ``
+    return set(core) <= set("x*.-_•·#?0")
+
+
+def _is_code(value: str, code_key: bool) -> bool:
+    """An expression of code (``hashedPassword,``, ``user.password``, ``getpass()``), unless a
+    part of it looks random (``hvs.CAESIj...``). After a ``code_key`` (not UPPER_CASE, not
+    ``=``), a name followed by ``,``/``;``/``)`` is a variable too."""
+    head = value.split(None, 1)[0] if value.strip() else value
+    if _CODE_EXPRESSION.match(head):
+        return not any(_looks_random(part, 12) for part in _EXPRESSION_PARTS.split(head))
+    name = head.rstrip(",;)")
+    if _IDENTIFIER.fullmatch(name) and not any(c.isdigit() for c in name):
+        if code_key and head != name:
+            return True
+        if name[0].islower() and _CAMEL.search(name):
+            return True  # lowerCamelCase: a variable's name
+    return False
+
+
+def _looks_random(value: str, minimum: int = 16) -> bool:
+    """A machine-made token: long, no spaces, and its letters and digits switch class often (a
+    sha256, base64), with digits in it or, without, more switches (random mixed case), unlike
+    names (``user_profile_cache``, ``dataBindingMergeDependencyArtifactsDebug``, ``MyApp2``)."""
+    if len(value) < minimum:
+        return False
+    value = value[:256]
+    switches = counted = digits = 0
+    last = ""
+    for char in value:
+        if char.isdigit():
+            kind = "d"
+            digits += 1
+        elif char.isupper():
+            kind = "u"
+        elif char.islower():
+            kind = "l"
+        elif char.isspace():
+            return False
+        else:
+            continue
+        counted += 1
+        if kind != last and last:
+            switches += 1
+        last = kind
+    if counted < minimum * 3 // 4:
+        return False
+    if digits:
+        return digits < counted and switches * 4 >= counted
+    return switches * 5 >= counted * 2
+
+
+_WORD_PIECE = re.compile(r"(?<![A-Za-z0-9])(?:[a-z]{3,}|[A-Z][a-z]{2,}|[A-Z]{3,})(?![A-Za-z0-9])")
+
+
+def _random_value(value: str) -> bool:
+    """:func:`_looks_random`, and not a name built of words around a hash
+    (``node-cache-Linux-x64-npm-<sha>``); or base64 of ``user:password``."""
+    if _looks_random(value):
+        return len(_WORD_PIECE.findall(value)) < 2
+    return _basic_credentials(value)
+
+
+def _basic_credentials(token: str) -> bool:
+    """``token`` is base64 of ``user:password`` (HTTP Basic, docker's ``auth``)."""
+    if len(token) < 8:
+        return False
+    try:
+        decoded = base64.b64decode(token + "=" * (-len(token) % 4), validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return False
+    user, colon, password = decoded.partition(":")
+    return bool(colon and user and password) and decoded.isprintable()
+
+
+def _token_like(value: str) -> bool:
+    """A token, not a word: eight ASCII characters or more, not only letters, no spaces, no URL."""
+    return (
+        len(value) >= 8
+        and value.isascii()
+        and not value.replace("_", "").replace("-", "").isalpha()
+        and " " not in value
+        and "://" not in value
+    )
+
+
+def _is_prose(value: str) -> bool:
+    """Words, not a password: six or more, bold words (``**Save this password!**``), or words in a
+    script people write sentences in (a password in Cyrillic or Han is rare; ``Client Secret:
+    已填写(从 Google Console 获取)`` is common)."""
+    words = len(value.split())
+    if words >= 6 or (words >= 2 and value.endswith(("**", "__"))):
+        return True
+    return not value.isascii() and sum(1 for c in value if c.isalpha() and not c.isascii()) >= 3
+
+
+# --------------------------------------------------------------------------- provider prefixes
+
+#: Used when Hermes's list cannot be imported: its common prefixes, same patterns (a test checks
+#: both redact the corpus alike).
+FALLBACK_PREFIX_PATTERNS = (
+    r"sk-[A-Za-z0-9_-]{10,}",
+    r"ghp_[A-Za-z0-9]{10,}",
+    r"github_pat_[A-Za-z0-9_]{10,}",
+    r"gho_[A-Za-z0-9]{10,}",
+    r"ghu_[A-Za-z0-9]{10,}",
+    r"ghs_[A-Za-z0-9]{10,}",
+    r"ghr_[A-Za-z0-9]{10,}",
+    r"xapp-\d+-[A-Za-z0-9-]{10,}",
+    r"xox[baprs]-[A-Za-z0-9-]{10,}",
+    r"AIza[A-Za-z0-9_-]{30,}",
+    r"AKIA[A-Z0-9]{16}",
+    r"sk_live_[A-Za-z0-9]{10,}",
+    r"sk_test_[A-Za-z0-9]{10,}",
+    r"rk_live_[A-Za-z0-9]{10,}",
+    r"SG\.[A-Za-z0-9_-]{10,}",
+    r"hf_[A-Za-z0-9]{10,}",
+    r"npm_[A-Za-z0-9]{10,}",
+    r"pypi-[A-Za-z0-9_-]{10,}",
+    r"dop_v1_[A-Za-z0-9]{10,}",
+    r"gsk_[A-Za-z0-9]{10,}",
+    r"sk_[A-Za-z0-9_]{10,}",
+)
+#: Shapes Hermes's list lacks, used with either list: GitLab tokens, AWS temporary key ids.
+EXTRA_PREFIX_PATTERNS = (r"glpat-[A-Za-z0-9_-]{16,}", r"ASIA[A-Z0-9]{16}")
+_REGEX_META = "[(\\.?*+|{^$"
+
+
+def _literal_prefix(pattern: str) -> str:
+    """The characters every match of ``pattern`` starts with (``SG\\.`` gives ``SG.``)."""
+    prefix = []
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\" and i + 1 < len(pattern) and not pattern[i + 1].isalnum():
+            prefix.append(pattern[i + 1])
+            i += 2
+            continue
+        if char in _REGEX_META:
+            break
+        prefix.append(char)
+        i += 1
+    return "".join(prefix)
+
+
+@functools.cache
+def hermes_prefix_patterns() -> tuple[str, ...] | None:
+    """Hermes's maintained prefix patterns (``agent.redact._PREFIX_PATTERNS``), or None outside
+    Hermes or if they do not compile. Only the list is read: Hermes's redactor and its
+    ``HERMES_REDACT_SECRETS`` switch play no part here."""
+    try:
+        from agent.redact import _PREFIX_PATTERNS  # at first use: importing this module stays cheap
+
+        patterns = tuple(str(p) for p in _PREFIX_PATTERNS)
+        re.compile("|".join(patterns))
+    except Exception:
+        return None
+    return patterns or None
+
+
+def prefix_patterns(use_hermes: bool = True) -> tuple[str, ...]:
+    """The prefix list in use: Hermes's when importable (and ``use_hermes``), else the fallback."""
+    return (hermes_prefix_patterns() if use_hermes else None) or FALLBACK_PREFIX_PATTERNS
+
+
+@functools.cache
+def _prefix_regex(patterns: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...], re.Pattern[str]]:
+    """For ``patterns`` and the extras: the literal prefixes made of token characters (looked for
+    at the start of long runs), the others (``SG.``, looked for anywhere), both longest first, and
+    one regex."""
+    everything = patterns + EXTRA_PREFIX_PATTERNS
+    literals = sorted({_literal_prefix(p) for p in everything} - {""}, key=len, reverse=True)
+    plain = tuple(lit for lit in literals if set(lit) <= _TOKEN_CHARS) + _NOT_PREFIXES
+    dotted = tuple(lit for lit in literals if not set(lit) <= _TOKEN_CHARS)
+    regex = re.compile(
+        "(?:" + "|".join(f"(?:{p})" for p in everything) + r")(?:\.[A-Za-z0-9_-]{4,})*(?![A-Za-z0-9_-])"
+    )
+    return plain, dotted, regex
+
+
+# --------------------------------------------------------------------------- rules
+
+Spans = list[tuple[int, int]]
+_TOKEN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+_WORDS_JOINED = re.compile(r"[a-z]{2,}(?:[_-][a-z]{2,})+")
+# Runs the token rule wants found with the prefixes: JWTs, AWS key ids.
+_NOT_PREFIXES = ("eyJ", "AKIA", "ASIA")
+
+
+class _Scan:
+    """One text's view, lowered view, prefix list, and what more than one rule reads (the long runs
+    of token characters; the label matches), each found once."""
+
+    __slots__ = ("_labels", "_runs", "low", "patterns", "view")
+    _runs: tuple[list[int], int] | None
+
+    def __init__(self, view: str, patterns: tuple[str, ...]) -> None:
+        self.view = view
+        low = view.lower()
+        if len(low) != len(view):  # "İ" lowers to two characters: keep offsets
+            low = "".join(c.lower() if len(c.lower()) == 1 else c for c in view)
+        self.low = low
+        self.patterns = patterns
+        self._runs = None
+        self._labels: list[tuple[str, str, int, int]] | None = None
+
+    def runs(self) -> tuple[list[int], int]:
+        """Where the maximal runs of ``[A-Za-z0-9_-]`` (twelve characters or more) that start with a
+        token prefix (a provider's, ``eyJ``, ``AKIA``) start, and how many others are twenty
+        characters or more of mixed case and digits (pieces of base64)."""
+        if self._runs is None:
+            starts: list[int] = []
+            mixed = 0
+            literals = _prefix_regex(self.patterns)[0]
+            for run in _RUN.finditer(self.view):
+                text = run.group()
+                if text.startswith(literals):
+                    starts.append(run.start())
+                elif len(text) >= 20 and _mixed(text):
+                    mixed += 1
+            self._runs = (starts, mixed)
+        return self._runs
+
+    def labels(self) -> list[tuple[str, str, int, int]]:
+        """(key, separator, where the value starts, where the key starts) for every label word
+        followed by a separator."""
+        if self._labels is None:
+            self._labels = []
+            view = self.view
+            for match in _LABEL.finditer(self.low):
+                start = match.start()
+                while start > 0 and view[start - 1] in _KEY_CHARS and match.start() - start < 64:
+                    start -= 1
+                key = view[start : match.start("close")]
+                self._labels.append((key, match.group("sep").strip(), match.end(), start))
+        return self._labels
+
+
+_RUN = re.compile(r"[A-Za-z0-9_-]{12,}")
+
+_ARMOR_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}(?:PRIVATE|SECRET|ENCRYPTED)[A-Z0-9 ]{0,40}-----")
+_ARMOR_END = re.compile(r"-----END [A-Z0-9 ]{0,40}(?:PRIVATE|SECRET|ENCRYPTED)[A-Z0-9 ]{0,40}-----")
+# Base64 lines, ended by a newline or by ``\n`` written out in a JSON string. A run starts at a
+# line's start or just after a written-out ``\n`` (never at its ``n``).
+_B64_LINE = r"[ \t]*[A-Za-z0-9+/]{16,}={0,2}[ \t]*"
+_B64_START = r"(?:(?<=\\n)|(?<![\\A-Za-z0-9+/=]))"
+# Lines above an END, on the reversed text: a line break (``\n``, ``\r\n`` or a written-out
+# ``\n``, reversed) then a whole line of base64.
+_B64_ABOVE_END_REVERSED = re.compile(r"(?:(?:\n\r?|n\\)[ \t]*[A-Za-z0-9+/=]{4,}[ \t]*(?=\n|n\\|\Z))+")
+_B64_RUN = re.compile(
+    rf"(?m)^(?:{_B64_LINE}\r?\n){{1,4096}}{_B64_LINE}$|{_B64_START}(?:[A-Za-z0-9+/]{{40,}}={{0,2}}\\n){{2,4096}}"
+)
+_B64_KEY_LINE = re.compile(r"[A-Za-z0-9+/]{40,}")
+
+
+def _add_stripped(view: str, start: int, end: int, spans: Spans) -> None:
+    """``[start, end)`` less the blank space and written-out ``\\n`` at either end."""
+    while start < end and view[start] in " \t\r\n":
+        start += 1
+    if view.startswith("\\n", start):
+        start += 2
+    while end > start and view[end - 1] in " \t\r\n":
+        end -= 1
+    if view.endswith("\\n", start, end):
+        end -= 2
+    if end > start:
+        spans.append((start, end))
+
+
+_PUBLIC_KEY_TYPES = ("ssh-rsa ", "ssh-ed25519 ", "ssh-dss ", "ecdsa-sha2-", "sk-ssh-", "sk-ecdsa-")
+
+
+def _b64_text(lines: list[str]) -> bool:
+    """True when base64 lines decode to text (an encoded document), not to a key's bytes."""
+    joined = "".join(lines)[:1028]
+    for offset in range(4):  # the run may start anywhere in the encoded stream
+        data = joined[offset:]
+        try:
+            decoded = base64.b64decode(data[: len(data) // 4 * 4]).decode("utf-8", "replace")
+        except (binascii.Error, ValueError):
+            continue
+        if sum((c.isprintable() or c.isspace()) and c != "\ufffd" for c in decoded) >= 0.9 * len(decoded):
+            return True
+    return False
+
+
+def _mixed(run: str) -> bool:
+    """Letters of both cases and digits (a base64 line's piece), by ``str`` methods (fast)."""
+    return not (run.isalpha() or run.isdigit() or run.islower() or run.isupper())
+
+
+def _armor(scan: _Scan, spans: Spans) -> None:
+    view = scan.view
+    if "-----" in view:
+        done = 0
+        for begin in _ARMOR_BEGIN.finditer(view):
+            if begin.start() >= done:
+                end = _ARMOR_END.search(view, begin.end())
+                _add_stripped(view, begin.end(), end.start() if end else len(view), spans)
+                done = end.end() if end else len(view)
+        # An END with no BEGIN above it (a chunk cut the key): the base64 lines just above it, read
+        # backwards (matched on the reversed text, so each END costs the length of its lines).
+        previous = 0
+        for end in _ARMOR_END.finditer(view):
+            above = view[max(previous, end.start() - 16384) : end.start()][::-1]
+            run = _B64_ABOVE_END_REVERSED.match(above)
+            if run:
+                _add_stripped(view, end.start() - run.end(), end.start(), spans)
+            previous = end.end()
+    # No armour at all (the middle chunk of a long key): two lines or more of random base64. Looked
+    # for only where two long runs of mixed letters and digits are.
+    if "\n" in view and scan.runs()[1] >= 2:
+        for run in _B64_RUN.finditer(view):
+            lines = _B64_KEY_LINE.findall(run.group())
+            line_before = view[view.rfind("\n", 0, max(0, run.start() - 1)) + 1 : run.start()]
+            if any(key_type in line_before for key_type in _PUBLIC_KEY_TYPES):
+                continue  # an OpenSSH public key wrapped over lines
+            armored = view.rfind("-----BEGIN ", max(0, run.start() - 512), run.start())
+            if armored >= 0 and "-----END " not in view[armored : run.start()]:
+                continue  # inside a certificate's or a public key's armour (private ones are done)
+            if sum(1 for line in lines if _looks_random(line, 40)) >= 2 and not _b64_text(lines):
+                _add_stripped(view, run.start(), run.end(), spans)
+
+
+_NEXT_LINE_TOKEN = re.compile(r"\r?\n[ \t]*([A-Za-z0-9_+/=-]{8,512})[ \t]*(?:\r?\n|\Z)")
+
+
+def _continued(view: str, end: int) -> int:
+    """``end``, or the end of the next line when that line is nothing but a random token: the rest
+    of a key that a terminal or an editor wrapped there."""
+    if view.startswith("\n", end) or view.startswith("\r\n", end):
+        more = _NEXT_LINE_TOKEN.match(view, end)
+        if more and _looks_random(more.group(1), 8):
+            return more.end(1)
+    return end
+
+
+def _prefix(scan: _Scan, spans: Spans) -> None:
+    """Provider tokens: each long run that starts with a known prefix, and each occurrence of a
+    prefix that holds a character runs do not (``SG.``)."""
+    view = scan.view
+    literals, dotted, regex = _prefix_regex(scan.patterns)
+    starts = list(scan.runs()[0])
+    for literal in dotted:
+        at = view.find(literal)
+        while at >= 0:
+            if at == 0 or view[at - 1] not in _TOKEN_CHARS:
+                starts.append(at)
+            at = view.find(literal, at + 1)
+    for at in starts:
+        match = regex.match(view, at)
+        if match:
+            token = match.group()
+            literal = next((lit for lit in literals + dotted if token.startswith(lit)), "")
+            body = token[len(literal) :]
+            # ``sk_learn_pipeline``, ``sk-your-key-here``, ``sk-proj-REDACTED``: a name or a stand-in.
+            if not (_WORDS_JOINED.fullmatch(body) or _is_placeholder(body) or _is_placeholder(token)):
+                spans.append((at, _continued(view, match.end())))
+
+
+_JWT = re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}(?:\.[A-Za-z0-9_-]+)?")
+_WEBHOOK = re.compile(
+    r"hooks\.slack\.com/(?:services|workflows|triggers)/([A-Za-z0-9_/-]{8,512})"
+    r"|discord(?:app)?\.com/api/webhooks/\d{1,30}/([A-Za-z0-9_-]{8,512})"
+)
+_TELEGRAM = re.compile(r"\d{8,12}:(AA[A-Za-z0-9_-]{28,62})(?![A-Za-z0-9_-])")
+_AWS_SECRET = re.compile(r"[A-Za-z0-9/+=]{40,}+")
+
+
+def _token(scan: _Scan, spans: Spans) -> None:
+    view, low = scan.view, scan.low
+    aws_id = False
+    for at in scan.runs()[0]:
+        if view.startswith("eyJ", at):
+            jwt = _JWT.match(view, at)
+            if jwt:
+                spans.append(jwt.span())
+        elif view.startswith(("AKIA", "ASIA"), at):
+            aws_id = True
+    if "hooks" in low:
+        for match in _WEBHOOK.finditer(view):
+            spans.append(match.span(1 if match.group(1) else 2))
+    if ":AA" in view:  # a bot token's secret half starts with "AA"
+        for match in _TELEGRAM.finditer(view):
+            if _looks_random(match.group(1)) and not view[match.start() - 1 : match.start()].isdigit():
+                spans.append(match.span(1))
+    if aws_id or ("aws" in low and "secret" in low):
+        for match in _AWS_SECRET.finditer(view):
+            token = match.group()
+            if (
+                len(token) == 40
+                and token[0] != "/"
+                and token.count("/") <= 3
+                and "=" not in token
+                and _looks_random(token)
+                and _mixed(token)
+            ):
+                spans.append(match.span())
+
+
+# URLs: the authority after "://", split at its last "@"; on the lowered view, query parameters.
+_URL_AUTHORITY = re.compile(r"[^\s/?#\"'<>\\`]{1,512}")
+_QUERY_SECRET = re.compile(
+    r"[?&;](?:key|sig|signature|code|auth|session|sessionid|sid|x-amz-signature|x-goog-signature"
+    r"|x-amz-security-token|access_token|refresh_token|id_token|client_secret)=([^&#\s\"'<>`]{1,2048})"
+)
+
+
+def _url(scan: _Scan, spans: Spans) -> None:
+    view = scan.view
+    found = view.find("://") if "@" in view else -1
+    while found >= 0:
+        start = found + 3
+        found = view.find("://", start)
+        match = _URL_AUTHORITY.match(view, start)
+        if match:
+            authority = match.group()
+            at = authority.rfind("@")
+            if at <= 0:
+                continue
+            userinfo = authority[:at]
+            user, colon, password = userinfo.partition(":")
+            if colon:
+                if not _is_placeholder(password):
+                    spans.append((start + len(user) + 1, start + at))
+            elif _random_value(userinfo):
+                spans.append((start, start + at))
+    if "=" in view and ("?" in view or "&" in view):
+        for match in _QUERY_SECRET.finditer(scan.low):
+            value = unquote(view[match.start(1) : match.end(1)])
+            if _looks_random(value, 12) or _basic_credentials(value):
+                spans.append(match.span(1))
+
+
+_AUTH_SCHEME = re.compile(
+    r"(?i)[ \t]*(?P<q>[\"'`]?)[ \t]*(?:(?P<scheme>basic|bearer|token|digest|negotiate|ntlm|apikey|api-key"
+    r"|key|sso-key|hmac|jwt|aws4-hmac-sha256|otp|splunk|gitlab-token)[ \t]+)?"
+)
+_HEADER_VALUE = re.compile(r"[^\s\"'`,;]{1,4096}")
+# On the lowered view (the token's case is read from the view).
+_BARE_SCHEME = re.compile(r"(bearer|basic)[ \t]+([a-z0-9._~+/-]{12,4096}={0,2})(?![a-z0-9._~+/=-])")
+_COOKIE_VALUES = re.compile(r"[^\n]{1,4096}")
+_COOKIE_PAIR = re.compile(r"([^\s=;,]{1,128})=([^\s;,\"']{1,4096})")
+
+
+def _header(scan: _Scan, spans: Spans) -> None:
+    view, low = scan.view, scan.low
+    done = 0
+    for key, sep, at, start in scan.labels():
+        name = key.lower()
+        if start < done:
+            continue
+        if name.endswith("authorization") and sep in (":", "="):
+            _authorization(view, at, spans)
+        elif name.endswith("cookie") and sep == ":":
+            values = _COOKIE_VALUES.match(view, at)
+            done = values.end() if values else at
+            for pair in _COOKIE_PAIR.finditer(values.group() if values else ""):
+                name, value = pair.group(1).lower(), pair.group(2)
+                named = any(word in name for word in ("session", "token", "auth", "sid", "jwt"))
+                if _looks_random(value) or (named and _token_like(value) and not _is_placeholder(value)):
+                    spans.append((at + pair.start(2), at + pair.end(2)))
+    if "bearer" in low or "basic" in low:
+        for match in _BARE_SCHEME.finditer(low):
+            if match.start() and low[match.start() - 1].isalnum():
+                continue
+            token = view[match.start(2) : match.end(2)]
+            if match.group(1) == "basic":
+                found = _basic_credentials(token) or _looks_random(token)
+            else:
+                found = _looks_random(token) or (token.count(".") == 2 and len(token) >= 24)
+            if found:
+                spans.append(match.span(2))
+
+
+def _authorization(view: str, at: int, spans: Spans) -> None:
+    """The credential of an ``Authorization:`` header whose value starts at ``at``."""
+    head = _AUTH_SCHEME.match(view, at)
+    start = head.end()
+    scheme = (head.group("scheme") or "").lower()
+    if scheme == "digest":  # parameters: to the closing quote or the end of the line
+        end = view.find(head.group("q") or "\n", start)
+        value = view[start : min(end if end >= 0 else len(view), start + 4096)].rstrip()
+        if value and not _is_placeholder(value):
+            spans.append((start, start + len(value)))
+        return
+    token = _HEADER_VALUE.match(view, start)
+    if not token:
+        return
+    value = token.group()
+    if _is_placeholder(value) or value.replace("_", "").replace("-", "").isalpha() or _is_code(value, True):
+        return  # ``Bearer YOUR_TOKEN``, ``Bearer полученный_токен``, ``Bearer token.value``
+    if scheme or _token_like(value):
+        spans.append((start, _continued(view, token.end())))
+
+
+# ``--password value`` (``--password=value`` is a labelled value): a flag that names a secret, then
+# a word that is not another flag. On the lowered view, like the command lines below (values are
+# read from the view).
+_FLAG = re.compile(
+    r"--?(?:[a-z0-9]{1,20}-){0,3}(?:password|passwd|pass|pwd|token|secret|api-?key|apikey|access-key"
+    r"|secret-key|private-key|auth-token|access-token|client-secret)[ \t]+"
+    r"(?P<q>[\"']?)(?P<v>[^\s\"'-][^\s\"']{0,255})(?P=q)"
+)
+# ~/.netrc: ``machine <host> [login <user>] password <secret>``, over one line or several.
+_NETRC = re.compile(
+    r"machine[ \t]+\S{1,256}(?:\s{1,64}(?:login|account|port)[ \t]+\S{1,256}){0,3}\s{1,64}"
+    r"password[ \t]+(?P<v>\S{1,256})"
+)
+# Command lines whose password follows a short flag, each with the literal it needs.
+_COMMANDS = (
+    (
+        ("mysql", "mariadb"),
+        re.compile(
+            r"(?:mysql|mariadb)[a-z-]{0,8}(?![a-z0-9_.-])[^\n|;&]{0,200}?[ \t]-p(?P<v>[^\s-][^\s]{0,255})"
+        ),
+    ),
+    (
+        ("login",),
+        re.compile(
+            r"(?:docker|podman|nerdctl|buildah|skopeo|helm|oras)[ \t]+(?:registry[ \t]+)?login"
+            r"[^\n|;&]{0,200}?[ \t]-p[ \t]+(?P<v>[^\s]{1,256})"
+        ),
+    ),
+    (("sshpass",), re.compile(r"sshpass[ \t]+-p[ \t]*(?P<v>[^\s]{1,256})")),
+    (("redis-cli",), re.compile(r"redis-cli[^\n|;&]{0,200}?[ \t]-a[ \t]+(?P<v>[^\s]{1,256})")),
+    (
+        ("curl", "wget"),
+        re.compile(
+            r"(?:curl|wget)[^\n|;&]{0,300}?[ \t](?:-u|--user|--proxy-user)[ \t]*=?"
+            r"[\"']?[^\s:\"']{0,128}:(?P<v>[^\s\"']{1,256})"
+        ),
+    ),
+)
+_OPENSSL = re.compile(r"-pass(?:in|out)?[ \t]+pass:(?P<v>[^\s]{1,256})")
+_AUTH_TUPLE = re.compile(
+    r"[ \t]*(?:[a-z_.]{0,40}auth)?\([ \t]*(?P<a>[\"'])[^\"'\n]{0,128}(?P=a)[ \t]*,[ \t]*"
+    r"(?P<b>[\"'])(?P<v>[^\"'\n]{1,256})(?P=b)"
+)
+
+
+def _command(scan: _Scan, spans: Spans) -> None:
+    view, low = scan.view, scan.low
+    if " -" in view or "\t-" in view:
+        for match in _FLAG.finditer(low):
+            if match.start() and (low[match.start() - 1].isalnum() or low[match.start() - 1] in "_-"):
+                continue
+            start, end = match.span("v")
+            value = view[start:end]
+            if not _is_placeholder(value) and not (value.isalpha() and value.islower()):
+                spans.append((start, _continued(view, end)))
+        for cues, regex in _COMMANDS:
+            if any(cue in low for cue in cues):
+                _command_values(regex.finditer(low), view, spans)
+    for key, sep, at, _ in scan.labels():
+        name = key.lower()
+        if name == "pass" and sep == ":" and low.endswith(("-pass", "-passin", "-passout"), 0, at - 6):
+            _command_values(_OPENSSL.finditer(low, max(0, at - 16), at + 257), view, spans)
+        elif name == "auth" and sep == "=":
+            _command_values([_AUTH_TUPLE.match(low, at)], view, spans)
+    if "machine" in low:
+        _command_values(_NETRC.finditer(low), view, spans)
+
+
+def _command_values(matches: Iterable[re.Match[str] | None], view: str, spans: Spans) -> None:
+    for match in matches:
+        if match is None:
+            continue
+        start, end = match.span("v")
+        value = view[start:end]
+        if len(value) > 2 and value[0] in "'\"" and value[-1] == value[0]:
+            start, end, value = start + 1, end - 1, value[1:-1]
+        if not _is_placeholder(value):
+            spans.append((start, end))
+
+
+# Labels, matched on the lowered view: a label word, the rest of its identifier, a separator. Where
+# the identifier starts, what its words name, and the value are worked out in Python.
+_LABEL = re.compile(
+    r"(?:pass|pwd|secret|token|credential|key|auth|bearer|cookie"
+    r"|密码|口令|令牌|密钥|秘钥|私钥|密碼|金鑰|密鑰|パスワード|暗証番号|トークン|비밀번호|토큰)"
+    r"[a-z0-9_.\-]{0,48}+(?P<close>[\"'`*\]]{0,3}+)"
+    r"(?:[ \t]*\[[^\]\n]{0,24}\])?"  # aws configure's "[None]"
+    r"(?P<sep>[ \t]*(?::=|=>|:-|={1,3}|:)|[ \t]+is[ \t]+|[ \t]*(?:是|为|為|は))"
+)
+_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+_KEY_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+|[^\x00-\x7f]+")
+# What a key names decides what its value must look like: a password (any value, to the end of the
+# line after ":"), a token (one word, not a plain one), or a secret only if its value looks random.
+_PASSWORD, _TOKEN, _RANDOM = 3, 2, 1
+_PASSWORD_WORDS = (
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "密码",
+    "口令",
+    "密碼",
+    "パスワード",
+    "暗証番号",
+    "비밀번호",
+)
+_TOKEN_WORDS = (
+    "token",
+    "apikey",
+    "secretkey",
+    "accesskey",
+    "privatekey",
+    "authkey",
+    "credential",
+    "credentials",
+    "令牌",
+    "密钥",
+    "秘钥",
+    "私钥",
+    "金鑰",
+    "密鑰",
+    "トークン",
+    "토큰",
+)
+_STRONG_KEY_QUALIFIERS = frozenset(
+    "api secret access private auth client signing encryption master app admin root license shared "
+    "deploy ssh gpg pgp webhook consumer service session account subscription storage".split()
+)
+# Keys that are public by design (``public_key``, ``NEXT_PUBLIC_..._KEY``, Supabase's anon key) or
+# an id (SigV4's ``X-Amz-Credential`` is the access key id and scope).
+_PUBLIC_QUALIFIERS = frozenset("public publishable pub anon amz".split())
+# A word after the label that leaves the value the same secret.
+_SAME_SECRET = frozenset(
+    "confirmation confirm again repeat old new current value plain plaintext raw b64 base64 hex enc "
+    "encoded encrypted base str string input".split()
+)
+# A word after the label that makes the key name something else.
+_NOT_SECRET = frozenset(
+    """
+    hash hashed hasher digest salt iv nonce count counts limit limits len length max min size type
+    types id ids name names file files path paths dir url uri urls endpoint env var vars variable
+    field fields label placeholder hint policy rule rules regex pattern expiry expires expiration exp
+    ttl timeout lifetime seconds ms at time date required enabled disabled enable disable mode format
+    strength reset prompt validator validation error errors message msg helper manager provider store
+    storage source header param params prefix suffix usage used index list ref version kind class
+    schema spec form column table in stdin cmd command budget cost rate window cache lookup display
+    show shown visible mask masked status state check valid invalid changed updated created exists is
+    has fingerprint checksum sha md5 location loc arn parameter region pair pairs ring chain vault
+    rotation rotated event events scope scopes audience issuer
+    """.split()
+)
+
+
+def _key_kind(key: str) -> int:
+    """0 when ``key`` names no secret, else :data:`_PASSWORD`, :data:`_TOKEN` or :data:`_RANDOM`."""
+    words = [w.lower() for w in _KEY_WORDS.findall(key)]
+    for i in range(len(words) - 1, -1, -1):
+        word = words[i]
+        before = words[i - 1] if i else ""
+        if word.endswith(_PASSWORD_WORDS) or (word in ("pwd", "pass") and (before or key.startswith("-"))):
+            kind = _PASSWORD
+        elif word.endswith(_TOKEN_WORDS) or word in ("pat", "bearer"):
+            kind = _TOKEN
+        elif word == "key":
+            kind = _TOKEN if before in _STRONG_KEY_QUALIFIERS else _RANDOM
+        elif word == "auth":
+            kind = _RANDOM
+        else:
+            continue
+        tail = words[i + 1 :]
+        if any(w in _NOT_SECRET for w in tail) or before in _PUBLIC_QUALIFIERS:
+            return 0
+        return kind if all(w in _SAME_SECRET for w in tail) else _RANDOM
+    return 0
+
+
+_QUOTED = re.compile(
+    r"""(?P<prefix>[frbuFRBU]{0,2})(?P<q>["'`])(?P<v>(?:(?!(?P=q))[^\\\n]|\\.){0,4096})(?P=q)"""
+)
+# Where a password's value stops: a next "key:" on the same line.
+_NEXT_KEY = re.compile(
+    r"[ \t]*[,;，；。、][ \t]*[^\s:=：,]{1,40}[ \t]*[:=：]|[ \t]+[^\s:=：]{1,40}[ \t]*[:=：](?:[ \t]|$)"
+)
+_WORD_VALUE = re.compile(r"[^\s\"'`,;&<>]{1,4096}")
+_TRAILING = ".,;:)]}>'\"`*"
+_SHELL_KEY = re.compile(r"[ \t]*(?:export[ \t]+|set[ \t]+)?[A-Za-z0-9_.\-]+[ \t]*=")
+_COMMAND_AFTER = re.compile(r"[ \t](?:-|\||;|&&|>|<)")
+_WORD_BEFORE = re.compile(r"([A-Za-z]{2,24})[ \t]\Z")
+
+
+def _label(scan: _Scan, spans: Spans) -> None:
+    view = scan.view
+    examined = 0  # a label inside the value just read is part of that value: not read again
+    for key, sep, at, start in scan.labels():
+        if start < examined:
+            continue
+        if key.lower() == "key":  # a lone "key" ("Anon key", "SSH key"): the word before qualifies it
+            before = _WORD_BEFORE.search(view, max(0, at - len(sep) - 30), at - len(sep) - 3)
+            if before:
+                key = before.group(1) + "_" + key
+        kind = _key_kind(key)
+        if kind:
+            span, examined = _value_span(view, at, kind, sep.lower(), key)
+            if span:
+                spans.append(span)
+
+
+def _value_span(view: str, at: int, kind: int, sep: str, key: str) -> tuple[tuple[int, int] | None, int]:
+    """Where the secret value after a label is, if there is one, and how far the text was read."""
+    while at < len(view) and (view[at] in " \t" or view.startswith("**", at)):
+        at += 2 if view[at] == "*" else 1  # blanks, and markdown's bold ("**Password:** x")
+    quoted = _QUOTED.match(view, at)
+    if quoted:
+        value = quoted.group("v")
+        if quoted.group("prefix") or value[:1] in ",;)+" or ("{" in value and "}" in value):
+            return None, at  # a string with a prefix (f"..."), a template, or the end of a string
+        if _is_placeholder(value.strip()) or not _fits(value, kind, quoted=True):
+            return None, quoted.end()
+        return quoted.span("v"), quoted.end()
+    if sep in ("is", "是", "为", "為", "は"):
+        word = _WORD_VALUE.match(view, at)
+        value = word.group().rstrip(_TRAILING) if word else ""
+        read = word.end() if word else at
+        if not value or _is_placeholder(value) or (sep == "is" and (kind != _PASSWORD or value.isalpha())):
+            return None, read
+        if (kind == _PASSWORD and _is_prose(value)) or not _fits(value, kind):
+            return None, read
+        return (at, at + len(value)), read
+    line_end = view.find("\n", at, at + 1024)
+    line = view[at : line_end if line_end >= 0 else at + 1024]
+    word = _WORD_VALUE.match(line)
+    if not word:
+        return None, at
+    first = word.group()
+    read = at + word.end()
+    if _is_placeholder(first) or _is_code(first, not key.isupper() and sep != "="):
+        return None, read
+    if kind == _PASSWORD and (sep in (":", "：") or (sep == "=" and _env_line(view, at, line))):
+        stop = _NEXT_KEY.search(line)
+        value = (line[: stop.start()] if stop else line).split(" #", 1)[0].rstrip()
+        if not value:
+            return None, read
+        if _is_prose(value):  # words, not a password: only a first word that is no word counts
+            value = first.rstrip(_TRAILING)
+            if not value.isascii() or value.isalpha():
+                return None, read
+        value = value.rstrip(_TRAILING) or value
+        return (at, at + len(value)), at + len(value)
+    value = first.rstrip(_TRAILING)
+    if not value or not _fits(value, kind):
+        return None, read
+    passed_along = first != value or view[read : read + 1] in (",", ")")
+    if (
+        kind == _PASSWORD
+        and sep == "="
+        and not key.isupper()
+        and _IDENTIFIER.fullmatch(value)
+        and passed_along
+    ):
+        return None, read  # ``login(password=password)``: a variable passed along
+    end = at + len(value)
+    return (at, _continued(view, end) if value == first else end), read
+
+
+def _fits(value: str, kind: int, quoted: bool = False) -> bool:
+    if kind == _RANDOM:
+        return _random_value(value)
+    if kind == _TOKEN:
+        return _token_like(value)
+    return not (quoted and _is_prose(value))
+
+
+def _env_line(view: str, at: int, line: str) -> bool:
+    """True when ``KEY=`` starts its line (``.env``, ``export KEY=…``) and no command follows the
+    value (``PGPASSWORD=x psql -h db``: there the value is one word)."""
+    line_start = view.rfind("\n", max(0, at - 128), at)
+    if line_start < 0 and at > 128:
+        return False
+    return bool(_SHELL_KEY.fullmatch(view, line_start + 1, at)) and not _COMMAND_AFTER.search(line)
+
+
+#: The rules, in the order they run: (name, function(scan, spans)).
+RULES: tuple[tuple[str, Callable[[_Scan, Spans], None]], ...] = (
+    ("armor", _armor),
+    ("prefix", _prefix),
+    ("token", _token),
+    ("url", _url),
+    ("header", _header),
+    ("command", _command),
+    ("label", _label),
+)
+
+# --------------------------------------------------------------------------- redaction
+
+
+def _spans(text: str, patterns: tuple[str, ...]) -> Spans:
+    """The original's spans to redact, merged, in order."""
+    view = _View(text)
+    scan = _Scan(view.text, patterns)
+    found: Spans = []
+    for _, rule in RULES:
+        rule(scan, found)
+    merged: Spans = []
+    for start, end in sorted(view.original_span(s, e) for s, e in found):
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _redact(text: str, patterns: tuple[str, ...]) -> str:
+    pieces: list[str] = []
+    done = 0
+    for start, end in _spans(text, patterns):
+        if text[start:end] != PLACEHOLDER:
+            pieces += (text[done:start], PLACEHOLDER)
+            done = end
+    if not pieces:
+        return text
+    pieces.append(text[done:])
+    return "".join(pieces)
+
+
+def redact_secrets(text: str) -> str:
+    """``text`` with every credential-looking span replaced by :data:`PLACEHOLDER`, labels kept.
+
+    ``text`` itself when nothing is redacted. Never raises: on an internal failure the whole text
+    becomes :data:`PLACEHOLDER` (fail closed)."""
+    if not text:
+        return text
+    try:
+        return _redact(text if isinstance(text, str) else str(text), prefix_patterns())
+    except Exception:
+        return PLACEHOLDER
+
+
+def redact_with(text: str, use_hermes: bool) -> str:
+    """:func:`redact_secrets` with Hermes's prefix list or with the fallback (tests, benches)."""
+    return _redact(text, prefix_patterns(use_hermes)) if text else text
+
+
+def explain(text: str, use_hermes: bool = True) -> list[tuple[str, int, int]]:
+    """Each rule's spans in ``text`` (original offsets), unmerged: (rule name, start, end)."""
+    view = _View(text)
+    scan = _Scan(view.text, prefix_patterns(use_hermes))
+    found: list[tuple[str, int, int]] = []
+    for name, rule in RULES:
+        spans: Spans = []
+        rule(scan, spans)
+        found += [(name, *view.original_span(s, e)) for s, e in spans]
+    return found
+
+
+# --------------------------------------------------------------------------- error texts
+
+_ECHOED_PIECE = re.compile(r"[A-Za-z0-9_\-+/=.~]{8,}")
+
+
+def _forms(secret: str) -> set[str]:
+    """The ways ``secret`` may come back in an error body: as is, URL-encoded, base64 (padded or
+    not, standard or URL-safe), JSON-escaped."""
+    forms = {secret, quote(secret, safe=""), quote_plus(secret, safe=""), quote(secret)}
+    raw = secret.encode("utf-8", "surrogatepass")
+    for encoded in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
+        value = encoded.decode("ascii")
+        forms.update((value, value.rstrip("=")))
+    forms.add(secret.replace("\\", "\\\\").replace('"', '\\"').replace("/", "\\/"))
+    return forms
+
+
+def _secret_parts(secret: str) -> set[str]:
+    """``secret``; for a URL (a ``base_url``) not the URL but its userinfo (``user:pw``, decoded
+    too), password, query values and fragment: the host and path are no secret."""
+    if "://" not in secret:
+        return {secret} if len(secret) >= 4 else set()
+    parts: set[str] = set()
+    try:
+        url = urlsplit(secret)
+        if "@" in url.netloc:
+            userinfo = url.netloc.rsplit("@", 1)[0]
+            user, _, password = userinfo.partition(":")
+            parts.update((userinfo, password, unquote(password), f"{unquote(user)}:{unquote(password)}"))
+        parts.update(value for _, value in parse_qsl(url.query))
+        parts.add(url.fragment)
+    except ValueError:
+        pass
+    return {part for part in parts if len(part) >= 4}
+
+
+def scrub_error(text: str, secrets: Iterable[str | None]) -> str:
+    """An error text (a provider's body echoing what it was sent) with each of ``secrets`` (an API
+    key, a base_url) removed in every form it may come back in (:func:`_forms`; a URL's userinfo,
+    password and query values, ``user:password`` as base64 for ``Authorization: Basic``), every run
+    of eight characters or more cut out of a secret of sixteen or more (a key echoed shortened),
+    then :func:`redact_secrets`. Parts shorter than four characters are left to the latter. Never
+    raises: on an internal failure returns :data:`PLACEHOLDER`."""
+    if not text:
+        return text
+    try:
+        text = text if isinstance(text, str) else str(text)
+        parts: set[str] = set()
+        for secret in secrets or ():
+            if secret:
+                parts |= _secret_parts(str(secret))
+        forms: set[str] = set()
+        for part in parts:
+            forms |= _forms(part)
+        for form in sorted(forms, key=len, reverse=True):
+            if len(form) >= 4 and form in text:
+                text = text.replace(form, PLACEHOLDER)
+        long_parts = [part for part in parts if len(part) >= 16]
+        if long_parts:
+            text = _ECHOED_PIECE.sub(
+                lambda m: PLACEHOLDER if any(m.group() in part for part in long_parts) else m.group(), text
+            )
+        return redact_secrets(text)
+    except Exception:
+        return PLACEHOLDER
