@@ -350,6 +350,30 @@ def table(name: str, tallies: dict[str, dict[str, Tally]], latencies: list[float
     return "\n".join(lines)
 
 
+def side_by_side(scores: dict[str, dict[str, dict[str, Tally]]]) -> str:
+    """One table per half: each group's any@1/5/10 for every system (the plugin's modes, then the
+    baseline), side by side."""
+    systems = list(scores)
+    blocks = []
+    for half in ("tune", "check", "all"):
+        first = scores[systems[0]][half]
+        if not first["all"].questions or (half == "all" and blocks):
+            continue
+        head = [half, "n", *(f"{name} any@1/5/10" for name in systems)]
+        rule = "|" + "|".join(["---", "---:"] + ["---"] * len(systems)) + "|"
+        lines = ["| " + " | ".join(head) + " |", rule]
+        for group in GROUPS:
+            if not first[group].questions:
+                continue
+            cells = [group, str(first[group].questions)]
+            for name in systems:
+                t = scores[name][half][group]
+                cells.append("/".join(f"{t.rate(k):.3f}" for k in K))
+            lines.append("| " + " | ".join(cells) + " |")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
 def figures(tallies: dict[str, dict[str, Tally]], latencies: list[float]) -> dict:
     return {
         "p50_ms": percentile_ms(latencies, 0.5),
@@ -468,6 +492,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(
         table("baseline: session BM25, words + CJK bigrams (bench/bm25.py)", scores["bm25"], latency["bm25"])
     )
+    print()
+    print(side_by_side(scores))
 
     result = {
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
