@@ -262,7 +262,7 @@ def evidence_by_conversation(
 
 
 # How much a conversation's other semantic hits add to its best one (rank_semantic_conversations).
-SEMANTIC_SPREAD = 0.2
+SEMANTIC_SPREAD = 0.1
 
 
 def semantic_strength(row: dict[str, Any]) -> float:
