@@ -58,7 +58,7 @@ class EmbeddingSettings:
     keyword_weight: float = _key(1.5, "weight of keyword matches in hybrid mode")
     semantic_weight: float = _key(1.0, "weight of semantic matches in hybrid mode")
     relevance_floor: float = _key(
-        -1.0, "hybrid answers nothing weaker than this; -1: measured per model, 0: off"
+        -1.0, "semantic lift hybrid needs to answer and semantic mode to show a hit; -1: per model, 0: off"
     )
     batch_size: int = _key(32, "texts per embedding request")
     timeout_seconds: float = _key(20.0, "seconds per embedding request")

@@ -47,6 +47,8 @@ SEARCH_SCHEMA = {
         "session_search instead. "
         "To read around a hit, call session_search(session_id=<result session_id>, "
         "around_message_id=<result message_id>). "
+        "Each result's 'relevance' (0 to 1) says how strongly it matches: 0.5 or more is a "
+        "clear match, lower a weak one. "
         "If the result has 'semantic_consent', ask the user its 'ask_user' text verbatim and "
         "run its 'on_yes_run' command only after an explicit yes; otherwise keep using the "
         "keyword results. If 'semantic_status' is 'unavailable' ('semantic_error') or the "

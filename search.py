@@ -11,6 +11,7 @@ fail the search: whatever happens there, the keyword results stand.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from concurrent.futures import Future
@@ -25,6 +26,7 @@ from .fulltext import (
     common_words,
     date_windows,
     keyword_messages,
+    keyword_terms,
     plan_query,
     without_words,
 )
@@ -184,7 +186,10 @@ def keyword_evidence(terms: int | None) -> float:
 
 
 def _strength(row: dict[str, Any]) -> float | None:
-    """A keyword row's bm25 evidence (with neighbours when scored so); None for LIKE rows."""
+    """A keyword row's bm25 evidence: its conversation's (``fulltext.rank.rank_by_conversation``)
+    when ranked so, else its score or its own bm25; None for LIKE rows."""
+    if "evidence" in row:
+        return None if row["evidence"] is None else float(row["evidence"])
     if "score" in row:
         return float(row["score"])
     return -float(row["rank"]) if "rank" in row else None
@@ -212,6 +217,90 @@ def has_evidence(
         if strength is None or strength >= needed:
             return True
     return any(row.get("lift") is None or row["lift"] >= floor for row in semantic)
+
+
+def relevance(evidence: float | None, needed: float, lift: float | None, floor: float) -> float | None:
+    """How strongly a result matches, from 0 to 1, for the agent and the user to read: 0.5 is the
+    relevance floor, 1 twice it or more.
+
+    The stronger of the two sides counts: keyword evidence (its conversation's bm25) over the
+    evidence the query needs (:func:`keyword_evidence`), and the semantic lift over the model's
+    floor. None when neither side can be judged (only LIKE matches; no semantic background)."""
+    parts = []
+    if evidence is not None and needed > 0:
+        parts.append(evidence / needed)
+    if lift is not None and floor > 0:
+        parts.append(lift / floor)
+    if not parts:
+        return None
+    return round(min(1.0, max(0.0, max(parts) / 2)), 2)
+
+
+def evidence_by_conversation(
+    keyword: Sequence[dict[str, Any]], semantic: Sequence[dict[str, Any]]
+) -> tuple[dict[str, float | None], dict[str, float | None]]:
+    """Each conversation's keyword evidence (:func:`_strength`, its best) and semantic lift (its
+    best message's; ``approximate_lift`` where the scope is too small for a background)."""
+    words: dict[str, float | None] = {}
+    for row in keyword:
+        strength = _strength(row)
+        group = _conversation(row)
+        if strength is not None and (words.get(group) is None or strength > words[group]):
+            words[group] = strength
+        else:
+            words.setdefault(group, strength)
+    meaning: dict[str, float | None] = {}
+    for row in semantic:
+        lift = row.get("lift")
+        if lift is None:
+            lift = row.get("approximate_lift")
+        group = _conversation(row)
+        if lift is not None and (meaning.get(group) is None or lift > meaning[group]):
+            meaning[group] = lift
+        else:
+            meaning.setdefault(group, lift)
+    return words, meaning
+
+
+# How much a conversation's other semantic hits add to its best one (rank_semantic_conversations).
+SEMANTIC_SPREAD = 0.1
+
+
+def semantic_strength(row: dict[str, Any]) -> float:
+    """A semantic hit's strength: its lift, else its lift against a mean it weighs in, else its cosine."""
+    for key in ("lift", "approximate_lift", "score"):
+        if row.get(key) is not None:
+            return float(row[key])
+    return 0.0
+
+
+def rank_semantic_conversations(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Semantic hits (one per message: its best chunk) grouped by conversation, the conversations
+    ordered by their best hit plus :data:`SEMANTIC_SPREAD` times the log of one plus the other
+    hits' positive strength; each conversation's rows stay in their order.
+
+    A conversation that comes back to the question in several messages is likelier the one asked
+    about than one with a single close message; a long message (a log, a diff cut into many
+    chunks) counts once, by its best chunk, so it cannot drown the conversation's prose.
+    """
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(_conversation(row), []).append(row)
+
+    def score(members: list[dict[str, Any]]) -> float:
+        strengths = [semantic_strength(m) for m in members]
+        best = max(strengths)
+        rest = sum(max(0.0, x) for x in strengths) - max(0.0, best)
+        return best + SEMANTIC_SPREAD * math.log1p(rest)
+
+    scores = {group: score(members) for group, members in groups.items()}
+    order = sorted(groups, key=lambda group: -scores[group])  # stable: ties keep the hits' order
+    return [row for group in order for row in groups[group]]
+
+
+def clears_floor(row: dict[str, Any], floor: float) -> bool:
+    """Does a semantic hit reach the floor (or can it not be judged: no background)?"""
+    return floor <= 0 or row.get("lift") is None or row["lift"] >= floor
 
 
 # A keyword winner this much stronger than the runner-up stays first whatever semantic says.
@@ -279,6 +368,7 @@ def shape_results(
     profile: str,
     matched_text: Callable[[dict[str, Any]], str | None] | None = None,
     in_scope: Container[str] | None = None,
+    strength: Callable[[dict[str, Any]], float] | None = None,
 ) -> list[dict[str, Any]]:
     """Spec §4.5 rows. A hit in a later part of a compressed conversation names the session that
     holds the message and, as ``parent_session_id``, the conversation's first session (the key
@@ -305,6 +395,8 @@ def shape_results(
             "score_source": row.get("score_source", "keyword"),
             "when": format_when(row.get("timestamp")),
         }
+        if strength is not None:
+            result["relevance"] = strength(row)
         if parent:
             result["parent_session_id"] = parent
         results.append(result)
@@ -356,6 +448,7 @@ class Question:
     windows: list[tuple[float, float]]
     common: frozenset[str]
     semantic_text: str
+    needles: tuple[str, ...] = ()  # what a snippet is centred on
 
 
 @dataclass
@@ -382,7 +475,9 @@ class _Search:
     def understand(self, query: str, mode: str, limit: int) -> Question:
         plan = plan_query(query)
         common = common_words(self.reader, plan, self.scope.conversation_of)
-        return Question(query, mode, limit, plan, date_windows(query), common, without_words(query, common))
+        needles = keyword_terms(plan).needles or tuple(plan.needles())
+        semantic_text = without_words(query, common)
+        return Question(query, mode, limit, plan, date_windows(query), common, semantic_text, needles)
 
     def keyword(self, question: Question, only_best: bool) -> list[dict[str, Any]]:
         """The keyword ranking; ``only_best``: nothing but each conversation's best message matters
@@ -418,6 +513,7 @@ class _Search:
             for row in outcome.rows
             if row["session_id"] in in_scope
         ]
+        rows = rank_semantic_conversations(rows)
         found = Found(keyword=keyword, semantic=outcome, semantic_rows=rows)
         if mode == "semantic" and not rows:
             # Semantic search cannot answer (yet): the keyword results the agent can still use.
@@ -426,11 +522,13 @@ class _Search:
 
     def rank(self, question: Question, found: Found) -> tuple[list[dict[str, Any]], bool]:
         """The ranked rows, and whether hybrid held them back below the relevance floor."""
+        embedding = self.env.settings.embedding
         if question.mode == "keyword" or not found.semantic_rows:
             return [{**row, "score_source": "keyword"} for row in found.keyword], False
         if question.mode == "semantic":
-            return [{**row, "score_source": "semantic"} for row in found.semantic_rows], False
-        embedding = self.env.settings.embedding
+            # No padding: semantic search always has nearest neighbours, near or not.
+            kept = [row for row in found.semantic_rows if clears_floor(row, relevance_floor(embedding))]
+            return [{**row, "score_source": "semantic"} for row in kept], not kept
         ranked = fuse_rankings(
             found.keyword,
             found.semantic_rows,
@@ -464,8 +562,24 @@ class _Search:
     def shape(self, question: Question, found: Found, ranked: list[dict[str, Any]]) -> dict[str, Any]:
         """Spec §4.5's answer: one result per conversation; sessions of a date the query names first."""
         best = best_per_session(promote_dated(self.db, ranked, question.windows), question.limit)
+        unread = [row["message_id"] for row in best if "content" not in row]
+        if unread:  # the keyword ranking reads no text: only the rows shown need it
+            contents = self.reader.contents(unread)
+            best = [
+                row if "content" in row else {**row, "content": contents.get(row["message_id"])}
+                for row in best
+            ]
         titles = self.db.titles({id_ for row in best for id_ in (row["session_id"], _conversation(row))})
         framing = found.semantic.framing
+        words, meaning = evidence_by_conversation(found.keyword, found.semantic_rows)
+        floor = relevance_floor(self.env.settings.embedding)
+        needed = keyword_evidence(len(question.plan.topical()))
+
+        def strength(row: dict[str, Any]) -> float:
+            group = _conversation(row)
+            judged = relevance(words.get(group), needed, meaning.get(group), floor)
+            return judged if judged is not None else round(0.5 * float(row.get("like_share", 1.0)), 2)
+
         return {
             "success": True,
             "mode": question.mode,
@@ -473,10 +587,11 @@ class _Search:
             "results": shape_results(
                 best,
                 titles,
-                question.plan.needles(),
+                question.needles,
                 self.env.profile,
                 lambda row: self.semantic.matched_text(self.db, row, framing),
                 self.scope.conversation_of,
+                strength,
             ),
             "sessions_in_scope": self.scope.sessions_in_scope,
             "semantic_status": found.semantic.status,

@@ -4,6 +4,7 @@
     .venv/bin/python bench/devsessions.py --split tune          # the tuning half only
     .venv/bin/python bench/devsessions.py --limit-questions 3   # a quick look
     .venv/bin/python bench/devsessions.py --json bench/results/devsessions.json
+    .venv/bin/python bench/devsessions.py --modes keyword,hybrid --model minilm   # with an index
 
 Data: ``/work/shared/data/devsessions/dev_split.json.gz`` (read in place, never copied here;
 ``DEVSESSIONS_PATH`` overrides): coding-agent sessions from 23 public repositories and 500
@@ -16,8 +17,12 @@ that cwd, its messages appended in order and stamped from the transcript's ``sta
 message), no titles (``title`` questions ask about them), and one empty session per project that
 the questions are asked from. The plugin is installed and enabled as a user does it.
 
-Every question is asked as ``project_history_search`` (mode keyword, limit 10) through
-``model_tools.handle_function_call`` only, so the bench survives the plugin's modules moving.
+Every question is asked as ``project_history_search`` (each mode of ``--modes``, limit 10) through
+``model_tools.handle_function_call`` only, so the bench survives the plugin's modules moving. For
+semantic and hybrid modes the index is built as a user builds it: the model's settings written to
+config.yaml, then ``hermes project-history allow --all-projects --yes`` and ``hermes
+project-history index --project ID`` for each project of the split (vectors are kept in the
+cached home, per model).
 Beside it, in the same run, the anchor baseline of ``bm25.py`` (BM25 over whole sessions) ranks
 the same project's sessions. Scores: any@1/5/10 (a question counts when its answer session is in
 the top k), per half, per question type and per language; latency p50/p95.
@@ -43,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import world  # noqa: I001  (before anything imports Hermes: harness pins HERMES_HOME)
 import bm25
 import harness  # on sys.path through world
+import models_setup
 
 DATA = Path(os.environ.get("DEVSESSIONS_PATH", "/work/shared/data/devsessions/dev_split.json.gz"))
 KEY = "devsessions"
@@ -50,6 +56,9 @@ BUILDER_VERSION = 1  # bump when the way the home is built changes
 TOOL = "project_history_search"
 K = (1, 5, 10)
 QTYPES = ("title", "error", "envkey", "backref")
+# CPU time of this process per call, by mode (the semantic worker thread included): steadier than
+# wall time on a shared machine.
+CPU_SECONDS: dict[str, list[float]] = {}
 LANGS = ("zh", "non-zh")
 
 # Split by project (bench/devsessions.py --show-split prints it with its counts). Chosen once by
@@ -255,11 +264,33 @@ def build_home(projects: list[Project], rebuild: bool = False) -> Built:
 def keyword_only() -> None:
     """Semantic search off in the home's config.yaml, through Hermes's own config API (not the
     plugin's modules, which may move): keyword mode must not depend on an embedding setup."""
+    configure({"enabled": False})
+
+
+def configure(embedding: dict[str, Any]) -> None:
     from hermes_cli.config import load_config, save_config
 
     config = load_config()
-    config.setdefault("plugins", {})[world.PLUGIN_KEY] = {"embedding": {"enabled": False}}
+    config.setdefault("plugins", {})[world.PLUGIN_KEY] = {"embedding": embedding}
     save_config(config)
+
+
+def build_index(built: Built, embedding: dict[str, Any], projects: list[str]) -> dict[str, Any]:
+    """The semantic index of these projects, built through the plugin's own terminal commands."""
+    configure({"enabled": True, **embedding})
+    started = time.perf_counter()
+    done = harness.run_hermes(built.home, "project-history", "allow", "--all-projects", "--yes")
+    if done.returncode:
+        raise SystemExit(f"allow failed: {done.stdout}{done.stderr}")
+    lines = []
+    for project in projects:
+        done = harness.run_hermes(
+            built.home, "project-history", "index", "--project", built.projects[project], timeout=6 * 3600
+        )
+        if done.returncode:
+            raise SystemExit(f"index failed for {project}: {done.stdout}{done.stderr}")
+        lines.append(f"{project}: {done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ''}")
+    return {"seconds": time.perf_counter() - started, "lines": lines}
 
 
 # --------------------------------------------------------------------------- scoring
@@ -322,6 +353,30 @@ def table(name: str, tallies: dict[str, dict[str, Tally]], latencies: list[float
     return "\n".join(lines)
 
 
+def side_by_side(scores: dict[str, dict[str, dict[str, Tally]]]) -> str:
+    """One table per half: each group's any@1/5/10 for every system (the plugin's modes, then the
+    baseline), side by side."""
+    systems = list(scores)
+    blocks = []
+    for half in ("tune", "check", "all"):
+        first = scores[systems[0]][half]
+        if not first["all"].questions or (half == "all" and blocks):
+            continue
+        head = [half, "n", *(f"{name} any@1/5/10" for name in systems)]
+        rule = "|" + "|".join(["---", "---:"] + ["---"] * len(systems)) + "|"
+        lines = ["| " + " | ".join(head) + " |", rule]
+        for group in GROUPS:
+            if not first[group].questions:
+                continue
+            cells = [group, str(first[group].questions)]
+            for name in systems:
+                t = scores[name][half][group]
+                cells.append("/".join(f"{t.rate(k):.3f}" for k in K))
+            lines.append("| " + " | ".join(cells) + " |")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
 def figures(tallies: dict[str, dict[str, Tally]], latencies: list[float]) -> dict:
     return {
         "p50_ms": percentile_ms(latencies, 0.5),
@@ -340,24 +395,31 @@ def figures(tallies: dict[str, dict[str, Tally]], latencies: list[float]) -> dic
 # --------------------------------------------------------------------------- asking
 
 
-def ask_plugin(built: Built, questions: list[Question], limit: int) -> tuple[dict, list[float]]:
+def ask_plugin(
+    built: Built, questions: list[Question], limit: int, mode: str = "keyword"
+) -> tuple[dict, list[float]]:
     """Each question through the dispatcher from its project's fresh session: transcript ids ranked."""
     import model_tools
 
     ranked: dict[int, list[str]] = {}
     latencies = []
     for q in questions:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         raw = model_tools.handle_function_call(
             TOOL,
-            {"query": q.text, "mode": "keyword", "limit": limit},
+            {"query": q.text, "mode": mode, "limit": limit},
             task_id=f"devsessions-{q.index}",
             session_id=built.fresh[q.project],
         )
         latencies.append(time.perf_counter() - started)
+        CPU_SECONDS.setdefault(mode, []).append(time.process_time() - cpu)
         result = json.loads(raw)
         if not result.get("success"):
             raise SystemExit(f"search failed for question {q.index}: {result}")
+        if mode != "keyword" and result.get("semantic_status") != "ready":
+            raise SystemExit(
+                f"semantic side not ready for question {q.index}: {result.get('semantic_status')}"
+            )
         ranked[q.index] = [built.sessions.get(r["session_id"], r["session_id"]) for r in result["results"]]
     return ranked, latencies
 
@@ -383,6 +445,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--split", default="all", choices=("tune", "check", "all"))
+    parser.add_argument("--modes", default="keyword", help="comma-separated: keyword, semantic, hybrid")
+    models_setup.add_model_args(parser)
     parser.add_argument("--limit-questions", type=int, default=0, help="first N questions of each project")
     parser.add_argument("--limit", type=int, default=10, help="sessions asked for per question (max 10)")
     parser.add_argument("--rebuild", action="store_true", help="rebuild the cached Hermes home")
@@ -393,6 +457,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    modes = [m for m in args.modes.split(",") if m]
+    if set(modes) - {"keyword", "semantic", "hybrid"}:
+        raise SystemExit(f"--modes: keyword, semantic or hybrid, not {args.modes!r}")
     projects, all_questions = load()
     print(split_summary(all_questions))
     if args.show_split:
@@ -401,29 +468,50 @@ def main(argv: list[str] | None = None) -> dict:
 
     built = build_home(projects, rebuild=args.rebuild)
     world.activate(built.home)
-    keyword_only()
-
     own = {p.id: {t.id for t in p.sessions} for p in projects}
-    plugin_ranked, plugin_latency = ask_plugin(built, questions, args.limit)
-    base_ranked, base_latency = ask_bm25(projects, questions, args.limit)
-    plugin_scores = score(questions, plugin_ranked, own)
-    base_scores = score(questions, base_ranked, own)
+    ranked: dict[str, dict[int, list[str]]] = {}
+    latency: dict[str, list[float]] = {}
+    index = None
+    with models_setup.embedding_config(args) as (_, embedding):
+        if modes == ["keyword"]:
+            keyword_only()
+        else:
+            index = build_index(built, embedding, sorted({q.project for q in questions}))
+        for mode in modes:
+            ranked[mode], latency[mode] = ask_plugin(built, questions, args.limit, mode)
+    ranked["bm25"], latency["bm25"] = ask_bm25(projects, questions, args.limit)
+    scores = {name: score(questions, r, own) for name, r in ranked.items()}
 
     print()
     print(
         f"split={args.split} questions={len(questions)} "
         f"home built/loaded in {built.build_seconds:.1f}s ({built.home})"
     )
+    if index is not None:
+        print(f"model={args.model}: index built/checked in {index['seconds']:.1f}s")
+    for mode in modes:
+        print()
+        print(table(f"plugin {mode} (project_history_search, mode {mode})", scores[mode], latency[mode]))
+        cpu = CPU_SECONDS.get(mode, [])
+        print(
+            f"CPU time per call: p50 {percentile_ms(cpu, 0.5):.1f} ms, p95 {percentile_ms(cpu, 0.95):.1f} ms"
+        )
     print()
-    print(table("plugin keyword (project_history_search, mode keyword)", plugin_scores, plugin_latency))
+    print(
+        table("baseline: session BM25, words + CJK bigrams (bench/bm25.py)", scores["bm25"], latency["bm25"])
+    )
     print()
-    print(table("baseline: session BM25, words + CJK bigrams (bench/bm25.py)", base_scores, base_latency))
+    print(side_by_side(scores))
 
     result = {
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "split": {"tune": list(TUNE_SPLIT), "check": list(CHECK_SPLIT)},
-        "plugin": figures(plugin_scores, plugin_latency),
-        "bm25": figures(base_scores, base_latency),
+        "index": index,
+        "figures": {name: figures(scores[name], latency[name]) for name in ranked},
+        "cpu_ms": {
+            mode: {"p50": percentile_ms(cpu, 0.5), "p95": percentile_ms(cpu, 0.95)}
+            for mode, cpu in CPU_SECONDS.items()
+        },
         "questions": [
             {
                 "index": q.index,
@@ -432,9 +520,8 @@ def main(argv: list[str] | None = None) -> dict:
                 "qtype": q.qtype,
                 "lang": q.lang,
                 "answers": sorted(q.answers),
-                "plugin": plugin_ranked[q.index],
-                "bm25": base_ranked[q.index],
-                "plugin_ms": 1000 * plugin_latency[i],
+                **{name: ranked[name][q.index] for name in ranked},
+                **{f"{mode}_ms": 1000 * latency[mode][i] for mode in modes},
             }
             for i, q in enumerate(questions)
         ],

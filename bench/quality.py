@@ -1,8 +1,15 @@
-"""Retrieval quality on LoCoMo, end to end through Hermes's tool dispatcher.
+"""Retrieval quality on LoCoMo and on developer-agent transcripts, end to end through Hermes's
+tool dispatcher.
 
-    .venv/bin/python bench/quality.py --model minilm            # all questions, three modes
+    .venv/bin/python bench/quality.py --model minilm            # LoCoMo, all questions, three modes
     .venv/bin/python bench/quality.py --model e5 --split check  # held-out conversations only
     .venv/bin/python bench/quality.py --limit-questions 50      # a quick look
+    .venv/bin/python bench/quality.py --data transcripts --modes keyword,hybrid   # devsessions
+    .venv/bin/python bench/quality.py --data both               # one after the other
+
+``--data transcripts`` asks devsessions.py's 500 questions (its home, split and index, built
+through the plugin's own commands) in each mode, beside the session-level BM25 baseline computed
+in the same run, per half, question type and language (devsessions.py's docstring).
 
 A real Hermes home (``.cache/bench/<model>-cs<size>-co<overlap>-cm<context>/home``) holds LoCoMo as
 five projects; the plugin is installed, enabled and given consent as a user would; the index is
@@ -24,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import devsessions
 import layout
 import locomo
 import metrics
@@ -52,6 +60,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=3,
         help="off-topic measure: every question also asked from the next conversation's project "
         "with this limit (the tool's default 3); 0 skips it",
+    )
+    parser.add_argument(
+        "--data", default="locomo", choices=("locomo", "transcripts", "both"), help="which questions"
     )
     parser.add_argument("--rebuild", action="store_true", help="rebuild the cached home and index")
     parser.add_argument("--json", type=Path, help="also write the figures here")
@@ -169,9 +180,53 @@ def timing_cells(latencies: list[float]) -> tuple[str, str]:
     return f"{1000 * statistics.median(ordered):.1f}", f"{1000 * p95:.1f}"
 
 
+def transcripts(args: argparse.Namespace, modes: list[str], embedding: dict) -> dict:
+    """devsessions.py's questions in each mode and the BM25 baseline, in this run."""
+    projects, all_questions = devsessions.load()
+    split = args.split if args.split in ("tune", "check") else "all"
+    questions = devsessions.select(all_questions, split, args.limit_questions)
+    built = devsessions.build_home(projects, rebuild=args.rebuild)
+    world.activate(built.home)
+    index = None
+    if modes == ["keyword"]:
+        devsessions.keyword_only()
+    else:
+        index = devsessions.build_index(built, embedding, sorted({q.project for q in questions}))
+    ranked, latency = {}, {}
+    for mode in modes:
+        ranked[mode], latency[mode] = devsessions.ask_plugin(built, questions, args.limit, mode)
+    ranked["bm25"], latency["bm25"] = devsessions.ask_bm25(projects, questions, args.limit)
+    own = {p.id: {t.id for t in p.sessions} for p in projects}
+    scores = {name: devsessions.score(questions, r, own) for name, r in ranked.items()}
+    print(f"transcripts: model={args.model} split={split} questions={len(questions)}")
+    if index is not None:
+        print(f"index built/checked in {index['seconds']:.1f}s")
+    print(
+        "latency p50/p95 ms: "
+        + ", ".join(
+            f"{name} {devsessions.percentile_ms(lat, 0.5):.1f}/{devsessions.percentile_ms(lat, 0.95):.1f}"
+            for name, lat in latency.items()
+        )
+    )
+    print()
+    print(devsessions.side_by_side(scores))
+    return {
+        "index": index,
+        "figures": {name: devsessions.figures(scores[name], latency[name]) for name in ranked},
+        "ranked": {name: {str(i): r for i, r in by_q.items()} for name, by_q in ranked.items()},
+    }
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
+    if args.data == "transcripts":
+        with models_setup.embedding_config(args) as (_, embedding):
+            found = transcripts(args, modes, embedding)
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"transcripts": found}, indent=1))
+        return found
     conversations = locomo.load()
     questions = select(conversations, args.split, args.limit_questions)
     semantic_wanted = any(m != "keyword" for m in modes)
@@ -268,6 +323,10 @@ def main(argv: list[str] | None = None) -> dict:
         "index": index,
         "modes": report,
     }
+    if args.data == "both":
+        print()
+        with models_setup.embedding_config(args) as (_, embedding):
+            result["transcripts"] = transcripts(args, modes, embedding)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1))

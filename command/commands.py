@@ -327,7 +327,8 @@ def readable(result: dict[str, Any]) -> str:
     for number, hit in enumerate(result.get("results", []), start=1):
         lines.append(f"{number}. {hit.get('title') or '(untitled)'}  [{hit['when']}]  {hit['link']}")
         lines.append(f"   {hit['snippet']}")
-        lines.append(f"   found by: {hit['score_source']}, message {hit['message_id']}")
+        strength = f", relevance {hit['relevance']:.2f}" if hit.get("relevance") is not None else ""
+        lines.append(f"   found by: {hit['score_source']}{strength}, message {hit['message_id']}")
     consent = result.get("semantic_consent")
     if consent:
         lines.append(f"Semantic search needs consent: {consent['on_yes_run']}")

@@ -4,7 +4,7 @@ its relaxed pass, neighbours and common words (``rank.py``)."""
 
 from __future__ import annotations
 
-from .query import QueryPlan, Term, clean_query, date_windows, plan_query, without_words
+from .query import QueryPlan, Term, clean_query, date_windows, keyword_terms, plan_query, without_words
 from .rank import common_words, keyword_messages
 from .reader import FullTextReader, ScopeIdRegisters
 
@@ -17,6 +17,7 @@ __all__ = [
     "common_words",
     "date_windows",
     "keyword_messages",
+    "keyword_terms",
     "plan_query",
     "without_words",
 ]

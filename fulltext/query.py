@@ -1,5 +1,7 @@
-"""The query as the keyword engine reads it: terms and operators (:func:`plan_query`), English
-stems searched as prefixes, and calendar dates named in it. Pure: no I/O.
+"""The query as the keyword engine reads it: terms and operators (:func:`plan_query`), the terms a
+natural-language question is ranked by (:func:`keyword_terms`: English words and their stems,
+identifiers as phrases, CJK text as character n-grams), and calendar dates named in it. Pure: no
+I/O.
 
 Hermes's ``_sanitize_fts5_query`` lets ``@ / # , ; ! ? ' %`` through to FTS5 as syntax errors;
 here every token becomes a quoted phrase, so no input can break ``MATCH`` (docs/design.md,
@@ -18,6 +20,10 @@ MAX_QUERY_CHARS = 2048
 MAX_TERMS = 32
 
 _CJK = re.compile(f"[{CJK_CHARS}]")
+_CJK_RUN = re.compile(f"[{CJK_CHARS}]+")
+# A word as Hermes's unicode61 tokenizer cuts one: letters and digits; "_" and every other
+# punctuation separate.
+_LATIN_WORD = re.compile(r"[^\W_]+")
 _WORD_CHAR = re.compile(r"\w")
 _OPERATORS = ("AND", "OR", "NOT")
 # Words that carry no topic; dropped only when a natural-language query is relaxed to OR,
@@ -113,9 +119,6 @@ class QueryPlan:
         """The terms that carry a topic: stopwords dropped, unless nothing else is left."""
         return [t for t in self.terms if t.text.casefold() not in _STOPWORDS] or list(self.terms)
 
-    def match_any(self) -> str:
-        return " OR ".join(t.fts for t in self.topical())
-
     @staticmethod
     def word_match(term: Term) -> str:
         """One topical term as the word-tokenised table is searched: a plain English word as its
@@ -124,12 +127,6 @@ class QueryPlan:
         prefixes exact."""
         stem = stem_prefix(term)
         return Term(stem, prefix=True).fts if stem else term.fts
-
-    def match_words(self, leave_out: frozenset[str] = frozenset()) -> str:
-        """:meth:`match_any` for the word-tokenised table (:meth:`word_match` per term), without the
-        topical words in ``leave_out`` (bare words, :func:`common_words`)."""
-        parts = [self.word_match(t) for t in self.topical() if bare_word(t.text) not in leave_out]
-        return " OR ".join(dict.fromkeys(parts))
 
     def needles(self) -> list[str]:
         return [t.text for t in self.terms]
@@ -210,6 +207,193 @@ def without_words(query: str, words: frozenset[str]) -> str:
     if not words:
         return query
     return " ".join(token for token in query.split() if bare_word(token) not in words)
+
+
+# --------------------------------------------------------------------------- terms a question is ranked by
+
+# Words of a Chinese question that frame it rather than name its topic: pronouns, question words,
+# time and memory phrases ("上次我们是怎么…的？", "还记得…吗"), conjunctions, sentence-final
+# particles. A CJK question is one run of characters, so they are cut out of the run before it is
+# split into n-grams (longest first). General Chinese function words only, several characters long
+# where possible: a single character is also part of content words (会 in 会话, 能 in 功能), and
+# cutting it would break them. Words of the project's own subject are left to bm25's idf.
+CJK_STOP_PHRASES = tuple(
+    sorted(
+        set(
+            """上次 上回 之前 以前 当时 那次 这次 后来 最后 最近 刚才 时候
+            我们 你们 他们 咱们 大家 什么 怎么 怎样 怎么样 如何 为什么 为何 哪个 哪些 哪里 哪儿
+            多少 是否 有没有 是不是 能不能 可不可以 还记得 记得 记不记得 提醒 回忆 一下 讨论 讨论过
+            聊过 说过 提到 提过 谈过 这个 那个 这些 那些 这里 那里 这样 那样 可以 应该 需要 已经
+            然后 因为 所以 但是 如果 还是 就是 或者 以及 关于 对于 帮我 告诉 请问
+            吗 呢 吧 啊 呀 嘛 的 了""".split()
+        ),
+        key=lambda phrase: (-len(phrase), phrase),
+    )
+)
+#: CJK n-grams searched in ``messages_fts_trigram``, whose terms need three characters.
+GRAM = 3
+
+
+def without_cjk_stop_phrases(text: str) -> str:
+    """``text`` with :data:`CJK_STOP_PHRASES` replaced by spaces, longest first."""
+    if not _CJK.search(text):
+        return text
+    for phrase in CJK_STOP_PHRASES:
+        text = text.replace(phrase, " ")
+    return text
+
+
+def cjk_grams(run: str, size: int = GRAM) -> list[str]:
+    """Every window of ``size`` characters of a CJK run, in order, each once (none when shorter)."""
+    return list(dict.fromkeys(run[i : i + size] for i in range(len(run) - size + 1)))
+
+
+@dataclass(frozen=True)
+class KeywordTerm:
+    """One term a question is ranked by, and where it is searched.
+
+    ``word``: an exact word (``messages_fts``); ``prefix``: a stem or the user's ``word*``
+    (``messages_fts``); ``phrase``: words in sequence, an identifier's parts or the user's quoted
+    words (``messages_fts``); ``gram``: three CJK characters (``messages_fts_trigram``); ``pair``:
+    a two-character CJK word, which neither table can search (counted in the candidates' text, or
+    found with LIKE when nothing else matched). ``source`` is the bare query word it comes from
+    (what :func:`rank.common_words` names).
+    """
+
+    text: str
+    kind: str
+    source: str = ""
+
+    @property
+    def table(self) -> str | None:
+        if self.kind == "gram":
+            return "messages_fts_trigram"
+        return None if self.kind == "pair" else "messages_fts"
+
+    @property
+    def fts(self) -> str:
+        return Term(self.text, prefix=self.kind == "prefix").fts
+
+    def occurs_in(self, text: str) -> bool:
+        """Would this term match ``text`` alone, as its table tokenizes it? (A word or stem
+        against unicode61's words, a gram or pair as a case-insensitive substring.)"""
+        folded = text.casefold()
+        if self.kind in ("gram", "pair"):
+            return self.text.casefold() in folded
+        words = _LATIN_WORD.findall(folded)
+        wanted = self.text.casefold().split()
+        if self.kind == "prefix":
+            return any(word.startswith(wanted[0]) for word in words) if wanted else False
+        if len(wanted) == 1:
+            return wanted[0] in words
+        return any(words[i : i + len(wanted)] == wanted for i in range(len(words) - len(wanted) + 1))
+
+
+@dataclass(frozen=True)
+class KeywordQuery:
+    """A natural-language question as the keyword ranking reads it: its terms, and the texts a
+    snippet is centred on."""
+
+    terms: tuple[KeywordTerm, ...]
+    needles: tuple[str, ...]
+
+    def match(self, table: str) -> str:
+        """The OR of this table's terms, as FTS5 takes it ('' when it has none)."""
+        return " OR ".join(t.fts for t in self.terms if t.table == table)
+
+    @property
+    def pairs(self) -> list[str]:
+        return [t.text for t in self.terms if t.kind == "pair"]
+
+    @property
+    def latin_words(self) -> list[str]:
+        """The question's Latin words of three characters or more, as written (for a substring
+        search of words that unicode61 glued to CJK text: ``修改youer服务端``)."""
+        return list(
+            dict.fromkeys(t.source for t in self.terms if t.kind in ("word", "prefix") and len(t.source) >= 3)
+        )
+
+
+def as_written(term: Term) -> KeywordTerm:
+    """A term of the user's boolean query as its table matches it (for checking a row's text):
+    CJK as a substring, a prefix as one, other text as the phrase of its words."""
+    if term.has_cjk:
+        return KeywordTerm(term.text, "gram", term.text)
+    if term.prefix:
+        return KeywordTerm(term.text, "prefix", term.text)
+    words = " ".join(_LATIN_WORD.findall(term.text.casefold()))
+    return KeywordTerm(words, "phrase" if " " in words else "word", term.text)
+
+
+def _latin_terms(chunk: str, leave_out: frozenset[str]) -> list[KeywordTerm]:
+    """The terms of one whitespace-free piece of Latin text: its words (stopwords out, plain English
+    words as their stem's prefix) and, for an identifier (``user_service.get``, ``ERR-42``), the
+    phrase of its parts."""
+    parts = _LATIN_WORD.findall(chunk.casefold())
+    terms: list[KeywordTerm] = []
+    if len(parts) >= 2:
+        terms.append(KeywordTerm(" ".join(parts), "phrase", chunk.casefold()))
+    for part in parts:
+        if part in _STOPWORDS or part in leave_out or (len(part) == 1 and not part.isdigit()):
+            continue
+        stem = light_stem(part) if len(part) > 3 and part.isascii() and part.isalpha() else None
+        terms.append(KeywordTerm(stem, "prefix", part) if stem else KeywordTerm(part, "word", part))
+    return terms
+
+
+def _cjk_terms(text: str) -> tuple[list[KeywordTerm], list[str]]:
+    """The grams and pairs of the CJK runs of ``text`` once its stop phrases are out, and the runs."""
+    terms: list[KeywordTerm] = []
+    runs = _CJK_RUN.findall(without_cjk_stop_phrases(text))
+    for run in runs:
+        if len(run) >= GRAM:
+            terms.extend(KeywordTerm(gram, "gram", run) for gram in cjk_grams(run))
+        elif len(run) == 2:
+            terms.append(KeywordTerm(run, "pair", run))
+    return terms, [run for run in runs if len(run) >= 2]
+
+
+def keyword_terms(plan: QueryPlan, leave_out: frozenset[str] = frozenset()) -> KeywordQuery:
+    """The terms a natural-language question (no operators) is ranked by, each searched on its own
+    and the matches' bm25 added up (``rank.keyword_messages``).
+
+    Every token of the plan is split as the tables tokenize text: Latin words by regex, so a word
+    glued to CJK text (``把UserService的缓存``) or to punctuation is still a word; English
+    stopwords out (unless nothing else is left) and plain words of four letters or more as their
+    stem's prefix (:func:`light_stem`); an identifier also as the phrase of its parts; CJK runs,
+    once :data:`CJK_STOP_PHRASES` are out, as their 3-character windows (:func:`cjk_grams`), a
+    2-character run as a pair; single CJK characters dropped. The user's quoted phrases and
+    ``word*`` prefixes are kept as they are. ``leave_out``: bare words left out of the ranking
+    (:func:`rank.common_words`).
+    """
+    terms: list[KeywordTerm] = []
+    needles: list[str] = []
+    for term in plan.terms:
+        if term.prefix:
+            terms.append(KeywordTerm(term.text, "prefix", term.text.casefold()))
+            needles.append(term.text)
+            continue
+        if " " in term.text and not term.has_cjk:  # the user's quoted phrase
+            terms.append(KeywordTerm(term.text, "phrase", term.text.casefold()))
+            needles.append(term.text)
+            continue
+        word = bare_word(term.text)
+        if word in _STOPWORDS:
+            continue
+        cjk, runs = _cjk_terms(word)
+        terms.extend(cjk)
+        needles.extend(runs)
+        for chunk in _CJK_RUN.sub(" ", word).split():
+            found = _latin_terms(chunk, leave_out)
+            terms.extend(found)
+            if found:
+                needles.append(chunk)
+    if not terms and not leave_out:  # only English stopwords: search them after all
+        for term in plan.terms:
+            for part in _LATIN_WORD.findall(_CJK_RUN.sub(" ", term.text.casefold())):
+                terms.append(KeywordTerm(part, "word", part))
+                needles.append(part)
+    return KeywordQuery(terms=tuple(dict.fromkeys(terms)), needles=tuple(dict.fromkeys(needles)))
 
 
 # --------------------------------------------------------------------------- dates in the query

@@ -6,20 +6,25 @@
 from __future__ import annotations
 
 import logging
+import math
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .query import QueryPlan, Term, bare_word
+from ..store import message_text
+from .query import KeywordTerm, QueryPlan, Term, as_written, bare_word, keyword_terms
 from .reader import FullTextReader
 
 logger = logging.getLogger(__name__)
 
 SCAN_LIMIT = 300  # message rows read per query step before reducing to sessions
-# The relaxed OR pass reads more rows per session than the others (reader.PER_SESSION_SCAN) so
-# that a hit's neighbours are there to add to its score (docs/benchmarks.md).
-NEIGHBOUR_SCAN = 10
-NEIGHBOUR_WEIGHT = 0.5  # share of each adjacent message's bm25 added to a message's own
+# What a two-character CJK word found in a candidate's text adds to its score: neither table can
+# search it (unicode61 glues CJK runs, trigram needs three characters) (docs/benchmarks.md).
+PAIR_BOOST = 1.0
+# Matching messages a question's ranking reads per conversation (of SCAN_LIMIT per table): enough
+# for a conversation's evidence to add up (conversation_score), few enough that one conversation
+# repeating a word hundreds of times cannot hide the others.
+RANKED_PER_SESSION = 20
 
 
 # --------------------------------------------------------------------------- words every conversation has
@@ -85,26 +90,69 @@ def common_words(reader: FullTextReader, plan: QueryPlan, in_scope: Mapping[str,
     return frozenset(common) if len(common) < len(words) else frozenset()
 
 
-def with_neighbours(reader: FullTextReader, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """FTS rows re-ranked by their bm25 plus :data:`NEIGHBOUR_WEIGHT` of their neighbours' bm25.
+def conversation_score(message_scores: Sequence[float]) -> float:
+    """A conversation's keyword score from its matching messages' scores: the best one, plus the
+    log of one plus the rest's sum.
 
-    A question's words are often split between a message and the reply to it; a message whose
-    neighbours also match is the better hit. Neighbours are the adjacent user/assistant messages
-    of the same session; one that did not match adds nothing (docs/benchmarks.md).
+    The best message decides (a conversation is found through the message that says it); the
+    others add evidence with diminishing returns, so a conversation that keeps coming back to the
+    question's words beats one that mentions them once, and a long one that repeats a common word
+    cannot outweigh a strong match (docs/benchmarks.md).
     """
-    if not rows or any("rank" not in row for row in rows):
-        return list(rows)
-    strength = {row["message_id"]: -float(row["rank"]) for row in rows}  # FTS5 bm25: lower is better
-    score = dict(strength)
-    # Two matching messages are neighbours when one is the other's predecessor: asking each hit
-    # for its predecessor finds every matching pair once (one index descent per hit).
-    for message_id, previous in reader.previous_messages(strength).items():
-        if previous in strength:
-            score[message_id] += NEIGHBOUR_WEIGHT * strength[previous]
-            score[previous] += NEIGHBOUR_WEIGHT * strength[message_id]
-    scored = [{**row, "score": score[row["message_id"]]} for row in rows]
-    scored.sort(key=lambda row: (-row["score"], row["rank"], row["message_id"]))
-    return scored
+    if not message_scores:
+        return 0.0
+    best = max(message_scores)
+    return best + math.log1p(max(0.0, sum(message_scores) - best))
+
+
+def rank_by_conversation(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows (each with its ``conversation``, message ``score`` and ``bm25``) ordered by their
+    conversation's :func:`conversation_score`, then by their own score. Each row gains
+    ``conversation_score`` and ``evidence``, the same over its conversation's bm25 alone (None
+    when no message of it has any: LIKE matches), which the relevance floor reads. Ties go to the
+    conversation whose best message is older."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        grouped.setdefault(row["conversation"], []).append(row)
+    ranked: list[dict[str, Any]] = []
+    for members in grouped.values():
+        total = conversation_score([row["score"] for row in members])
+        bm25 = [row["bm25"] for row in members if row.get("bm25") is not None]
+        evidence = conversation_score(bm25) if bm25 else None
+        members.sort(key=lambda row: (-row["score"], row["message_id"]))
+        ranked.extend({**row, "conversation_score": total, "evidence": evidence} for row in members)
+    best_message = {members[0]["conversation"]: members[0]["message_id"] for members in grouped.values()}
+    # Stable: each conversation's rows stay together, best first.
+    ranked.sort(key=lambda row: (-row["conversation_score"], best_message[row["conversation"]]))
+    return ranked
+
+
+def only_in_text(terms: Sequence[KeywordTerm], text: str, meta: str) -> float:
+    """The share of a row's matching terms that match its text rather than only its tool-call
+    columns (Hermes's FTS tables index ``content || tool_name || tool_calls`` as one text): 0
+    when only the tool call matched (not a match), 1 when the tool call adds nothing."""
+    in_text = sum(1 for t in terms if t.occurs_in(text))
+    anywhere = sum(1 for t in terms if t.occurs_in(text) or t.occurs_in(meta))
+    return in_text / anywhere if anywhere else 0.0
+
+
+def _checked(reader: FullTextReader, rows: list[dict[str, Any]], terms: Sequence[KeywordTerm]) -> list[dict]:
+    """Rows whose match is in their text: a row that also carries tool-call columns keeps the
+    share of its bm25 that :func:`only_in_text` gives, and goes when that is 0."""
+    flagged = [row["message_id"] for row in rows if row.get("tool_meta")]
+    if not flagged:
+        return rows
+    texts = reader.tool_texts(flagged)
+    kept = []
+    for row in rows:
+        if row.get("tool_meta"):
+            text, meta = texts.get(row["message_id"], ("", ""))
+            share = only_in_text(terms, message_text(text), meta)
+            if not share:
+                continue
+            row = {**row, "rank": row["rank"] * share}
+        kept.append(row)
+    return kept
 
 
 def keyword_messages(
@@ -116,47 +164,171 @@ def keyword_messages(
     only_best: bool = False,
     leave_out: frozenset[str] = frozenset(),
 ) -> list[dict[str, Any]]:
-    """Ranked matching messages: AND first, relaxed to OR (bm25) when too few conversations match.
+    """Ranked matching messages of the scope, best conversation first, each with its
+    ``conversation``.
 
-    ``in_scope`` maps each session that may be returned to its conversation; every row carries
-    its ``conversation``. CJK terms use the trigram table when every term has three or more
-    characters, else LIKE. Latin queries that still find too few conversations get a trigram
-    substring pass, which finds words glued to CJK text (``修改youer服务端``) that unicode61
-    indexes as one token. An FTS error of any kind falls back to LIKE: a search never fails
-    because of its query. ``only_best``: only the best message of the first ``want_sessions``
-    conversations matters (no fusion follows), so FTS reading stops there.
-
-    The relaxed pass searches each plain word as the prefix of its stem (:meth:`QueryPlan.match_words`)
-    and ranks a message by its bm25 plus half its neighbours' (:func:`with_neighbours`); it reads
-    every matching row (up to :data:`NEIGHBOUR_SCAN` per session), since a later row can overtake.
-    With ``leave_out`` (:func:`common_words`) it first searches without those words, then, when
-    that finds too few conversations, with them.
+    A question (no operators) is ranked by :func:`ranked_messages`; a query with the user's own
+    ``AND``/``OR``/``NOT`` by :func:`boolean_messages`, which keeps their meaning. ``only_best``:
+    only the first ``want_sessions`` conversations' best messages matter (keyword mode), which
+    lets the boolean pass stop reading early.
     """
     if not plan.terms or not in_scope:
         return []
+    if plan.has_operators:
+        return boolean_messages(reader, plan, in_scope, want_sessions, only_best=only_best)
+    return ranked_messages(reader, plan, in_scope, want_sessions, leave_out=leave_out)
+
+
+def ranked_messages(
+    reader: FullTextReader,
+    plan: QueryPlan,
+    in_scope: Mapping[str, str],
+    want_sessions: int,
+    *,
+    leave_out: frozenset[str] = frozenset(),
+) -> list[dict[str, Any]]:
+    """A question's matching messages, ranked by conversation (:func:`rank_by_conversation`).
+
+    The question's terms (:func:`query.keyword_terms`, without the ``leave_out`` words) are ORed,
+    one FTS query per table: words, stems and identifier phrases on ``messages_fts``, CJK 3-grams
+    on ``messages_fts_trigram``, the :data:`SCAN_LIMIT` best rows of each. A message scores the sum
+    of its bm25 in both (``bm25``, the evidence the relevance floor reads), plus :data:`PAIR_BOOST`
+    per two-character CJK word its text contains; LIKE finds those words when nothing else
+    matched (a message scores how many it has), or, for the conversations not found yet, when too
+    few matched. A match only in a row's tool-call columns is no
+    match (:func:`only_in_text`). An FTS error of any kind falls back to LIKE: a search never
+    fails because of its query.
+
+    When fewer than ``want_sessions`` conversations match, conversations found only by the
+    ``leave_out`` words follow, ranked among themselves (as before common words were left out,
+    so recall at 10 is kept). When the question mixes CJK and Latin words, or still too few
+    conversations match, its Latin words are also searched as substrings in the trigram table
+    and add to the messages' scores: unicode61 glues a word to CJK text around it
+    (``修改youer服务端`` is one token). A question with no term left (``_折``) is searched as
+    written, with LIKE.
+    """
+    query = keyword_terms(plan, leave_out)
+    if not query.terms and leave_out:
+        query, leave_out = keyword_terms(plan), frozenset()
+    schema = reader.schema
+    if not query.terms:  # nothing but punctuation and single CJK characters ("_折"): as written
+        rows = reader.like_messages(plan.needles(), list(in_scope), False, SCAN_LIMIT)
+        return [
+            {**row, "conversation": in_scope[row["session_id"]], "score": 0.0, "bm25": None} for row in rows
+        ]
+    main: dict[int, dict[str, Any]] = {}
+    tiers = [main]
+
+    def conversations() -> set[str]:
+        return {row["conversation"] for tier in tiers for row in tier.values()}
+
+    def add(
+        tier: dict[int, dict[str, Any]],
+        rows: Iterable[dict[str, Any]],
+        bm25: bool,
+        new_only: bool,
+        like_terms: int = 0,
+    ) -> None:
+        known = conversations() if new_only else set()
+        for row in rows:
+            conversation = in_scope.get(row["session_id"])
+            if conversation is None or conversation in known:
+                continue
+            entry = tier.setdefault(
+                row["message_id"], {**row, "conversation": conversation, "score": 0.0, "bm25": None}
+            )
+            value = -float(row["rank"]) if bm25 else float(row.get("matched") or 1)
+            entry["score"] += value
+            if bm25:
+                entry["bm25"] = (entry["bm25"] or 0.0) + value
+            elif like_terms:
+                entry["like_share"] = max(entry.get("like_share", 0.0), value / like_terms)
+
+    def like(texts: Sequence[str]) -> list[dict[str, Any]]:
+        return reader.like_messages(list(texts), list(in_scope), False, SCAN_LIMIT)
+
+    def search(
+        table: str, terms: Sequence[KeywordTerm], tier: dict | None = None, new_only: bool = False
+    ) -> None:
+        tier = main if tier is None else tier
+        match = " OR ".join(t.fts for t in terms)
+        usable = schema.has_trigram if table == "messages_fts_trigram" else bool(schema.fts_columns)
+        if usable:
+            try:
+                rows = reader.fts_messages(
+                    table, match, in_scope, SCAN_LIMIT, per_session=RANKED_PER_SESSION, with_content=False
+                )
+                add(tier, _checked(reader, rows, terms), bm25=True, new_only=new_only)
+                return
+            except sqlite3.OperationalError as error:
+                logger.debug("FTS query %r failed (%s); using LIKE", match, error)
+        add(tier, like([t.text for t in terms]), bm25=False, new_only=new_only, like_terms=len(terms))
+
+    for table in ("messages_fts", "messages_fts_trigram"):
+        terms = [t for t in query.terms if t.table == table]
+        if terms:
+            search(table, terms)
+    if query.pairs and main:
+        for message_id, count in reader.containing(main, query.pairs).items():
+            main[message_id]["score"] += PAIR_BOOST * count
+        if len(conversations()) < want_sessions:
+            tiers.append({})
+            add(tiers[-1], like(query.pairs), bm25=False, new_only=True, like_terms=len(query.pairs))
+    elif query.pairs:
+        add(main, like(query.pairs), bm25=False, new_only=False, like_terms=len(query.pairs))
+    if leave_out and len(conversations()) < want_sessions:
+        common = [t for t in keyword_terms(plan).terms if t.table == "messages_fts" and t not in query.terms]
+        if common:
+            tiers.append({})
+            search("messages_fts", common, tiers[-1], new_only=True)
+    mixed = any(t.kind in ("gram", "pair") for t in query.terms)
+    if (mixed or len(conversations()) < want_sessions) and schema.has_trigram and query.latin_words:
+        glued = [KeywordTerm(word, "gram", word) for word in query.latin_words]
+        search("messages_fts_trigram", glued)
+    ranked: list[dict[str, Any]] = []
+    for tier in tiers:
+        ranked.extend(rank_by_conversation(tier.values()))
+    return ranked
+
+
+def boolean_messages(
+    reader: FullTextReader,
+    plan: QueryPlan,
+    in_scope: Mapping[str, str],
+    want_sessions: int,
+    *,
+    only_best: bool = False,
+) -> list[dict[str, Any]]:
+    """Messages matching the user's own ``AND``/``OR``/``NOT`` query as FTS5 reads it, best bm25
+    first.
+
+    ``in_scope`` maps each session that may be returned to its conversation; every row carries
+    its ``conversation``. Latin terms search ``messages_fts``, then, when too few conversations
+    match, the trigram table (words glued to CJK text); CJK terms use the trigram table when every
+    term has three or more characters, else LIKE, with the operators kept (else "归属 NOT 项目"
+    would mean AND). An FTS error of any kind falls back to LIKE. A match only in a row's
+    tool-call columns is no match. ``only_best``: only the best message of the first
+    ``want_sessions`` conversations matters, so FTS reading stops there.
+    """
     ranked: list[dict[str, Any]] = []
     seen: set[int] = set()
-    relax = len(plan.terms) > 1 and not plan.has_operators
     long_terms = all(len(t.text) >= 3 for t in plan.terms)
-    # The user's AND/OR/NOT hold on the LIKE path too (else "归属 NOT 项目" would mean AND).
-    expression = plan.like_expression() if plan.has_operators else None
+    expression = plan.like_expression()
     enough_groups = want_sessions if only_best else None
+    checked_terms = [as_written(t) for t in plan.terms]
 
-    def like(require_all: bool) -> list[dict[str, Any]]:
-        terms = plan.needles() if require_all or expression else [t.text for t in plan.topical()]
-        return reader.like_messages(terms, list(in_scope), require_all, SCAN_LIMIT, expression=expression)
+    def like() -> list[dict[str, Any]]:
+        return reader.like_messages(plan.needles(), list(in_scope), True, SCAN_LIMIT, expression=expression)
 
-    def fts(
-        table: str, match: str, require_all: bool = True, neighbours: bool = False
-    ) -> list[dict[str, Any]]:
+    def fts(table: str) -> list[dict[str, Any]]:
         try:
-            if neighbours:
-                rows = reader.fts_messages(table, match, in_scope, SCAN_LIMIT, per_session=NEIGHBOUR_SCAN)
-                return with_neighbours(reader, rows)
-            return reader.fts_messages(table, match, in_scope, SCAN_LIMIT, enough_groups=enough_groups)
+            rows = reader.fts_messages(
+                table, plan.match_all(), in_scope, SCAN_LIMIT, enough_groups=enough_groups
+            )
+            return _checked(reader, rows, checked_terms)
         except sqlite3.OperationalError as error:
-            logger.debug("FTS query %r failed (%s); using LIKE", match, error)
-            return like(require_all)
+            logger.debug("FTS query %r failed (%s); using LIKE", plan.match_all(), error)
+            return like()
 
     def add(rows: Iterable[dict[str, Any]]) -> None:
         for row in rows:
@@ -164,27 +336,11 @@ def keyword_messages(
                 seen.add(row["message_id"])
                 ranked.append({**row, "conversation": in_scope[row["session_id"]]})
 
-    def enough() -> bool:
-        return len({row["conversation"] for row in ranked}) >= want_sessions
-
     schema = reader.schema
     if plan.has_cjk or not schema.fts_columns:
-        if schema.has_trigram and long_terms:
-            add(fts("messages_fts_trigram", plan.match_all()))
-            if relax and not enough():
-                add(fts("messages_fts_trigram", plan.match_any(), require_all=False))
-        else:
-            add(like(True))
-            if relax and not enough():
-                add(like(False))
+        add(fts("messages_fts_trigram") if schema.has_trigram and long_terms else like())
         return ranked
-
-    add(fts("messages_fts", plan.match_all()))
-    if relax and leave_out and not enough():
-        add(fts("messages_fts", plan.match_words(leave_out), require_all=False, neighbours=True))
-    if relax and not enough():
-        add(fts("messages_fts", plan.match_words(), require_all=False, neighbours=True))
-    if not enough() and schema.has_trigram and long_terms:
-        match = plan.match_any() if relax else plan.match_all()
-        add(fts("messages_fts_trigram", match, require_all=not relax))
+    add(fts("messages_fts"))
+    if len({row["conversation"] for row in ranked}) < want_sessions and schema.has_trigram and long_terms:
+        add(fts("messages_fts_trigram"))
     return ranked

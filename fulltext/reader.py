@@ -32,6 +32,10 @@ PER_SESSION_SCAN = 5
 # first (keyword mode often needs three conversations), larger as more is read.
 FTS_BLOCKS = (32, 128, 512)
 _SCOPE_SQL = "m.session_id IN (SELECT value FROM json_each(?))"
+# A message with no text is never a result: Hermes's FTS tables index content || tool_name ||
+# tool_calls, so an assistant row that only called a tool matches on the tool's name. (trim, not
+# length: SQLite's length stops at the NUL that starts a multimodal row.)
+_HAS_TEXT_SQL = "trim(m.content, char(32, 9, 10, 13)) != ''"
 
 
 @dataclass
@@ -247,6 +251,7 @@ class FullTextReader:
         scan_limit: int,
         enough_groups: int | None = None,
         per_session: int = PER_SESSION_SCAN,
+        with_content: bool = True,
     ) -> list[dict]:
         """Live user/assistant messages of the sessions in ``in_scope`` matching ``match``, best
         bm25 first.
@@ -269,7 +274,9 @@ class FullTextReader:
         session (one conversation repeating a word hundreds of times cannot fill ``scan_limit`` and
         hide every other one). ``in_scope`` maps each session to its conversation; with
         ``enough_groups`` reading stops once that many conversations have a message, since nothing
-        read later can rank above them. Contents are read for the kept rows only.
+        read later can rank above them. Contents are read for the kept rows only (``with_content``).
+        Messages without text never match; ``tool_meta`` says that the row also has tool-call
+        columns, which the FTS tables index with its text (:meth:`tool_texts`).
         """
         match = self._text_match(table, match)
         members = self.scope_members(in_scope)
@@ -279,7 +286,7 @@ class FullTextReader:
         taken: dict[str, int] = {}
         groups: set[str] = set()
         try:
-            for message_id, session_id, role, timestamp, rank in self._ranked(
+            for message_id, session_id, role, timestamp, rank, tool_meta in self._ranked(
                 cursor, table, match, in_scope, members
             ):
                 if taken.get(session_id, 0) >= per_session:
@@ -293,13 +300,14 @@ class FullTextReader:
                         "role": role,
                         "timestamp": timestamp,
                         "rank": rank,
+                        "tool_meta": bool(tool_meta),
                     }
                 )
                 if len(kept) >= scan_limit or (enough_groups and len(groups) >= enough_groups):
                     break
         finally:
             cursor.close()
-        return self._with_content(kept)
+        return self._with_content(kept) if with_content else kept
 
     def _text_match(self, table: str, match: str) -> str:
         """``match`` limited to the message text: upstream's ``messages_fts`` also indexes tool
@@ -329,17 +337,19 @@ class FullTextReader:
         match: str,
         in_scope: Mapping[str, str],
         members: ScopeIds | None,
-    ) -> Iterator[tuple[int, str, str, Any, float]]:
-        """(id, session, role, timestamp, rank) of the live in-scope matches, best first."""
+    ) -> Iterator[tuple[int, str, str, Any, float, int]]:
+        """(id, session, role, timestamp, rank, tool_meta) of the live in-scope matches with text,
+        best first."""
         if members is None:
             yield from cursor.execute(
                 f"""
-                SELECT m.id, m.session_id, m.role, m.timestamp, f.rank
+                SELECT m.id, m.session_id, m.role, m.timestamp, f.rank, {self._tool_meta_sql}
                 FROM {table} f
                 CROSS JOIN messages m ON m.id = f.rowid
                 WHERE {table} MATCH ?
                   AND m.role IN ('user', 'assistant')
                   AND {self.schema.live_message_sql}
+                  AND {_HAS_TEXT_SQL}
                   AND {_SCOPE_SQL}
                 ORDER BY f.rank, m.id
                 """,
@@ -360,17 +370,60 @@ class FullTextReader:
             for message_id, rank in block:
                 found = live.get(message_id)
                 if found is not None and found[0] in in_scope:  # else rewound since, or not ours
-                    yield (message_id, *found, rank)
+                    session_id, role, timestamp, tool_meta = found
+                    yield (message_id, session_id, role, timestamp, rank, tool_meta)
 
-    def _live_conversational(self, message_ids: Sequence[int]) -> dict[int, tuple[str, str, Any]]:
-        """(session, role, timestamp) of those of these messages that are live user/assistant rows."""
+    @property
+    def _tool_meta_sql(self) -> str:
+        """Does the row hold indexed text besides its words: tool-call columns, or a multimodal
+        row's JSON (``\\x00json:``, whose keys and URLs the FTS tables index too)?"""
+        columns = [c for c in ("tool_calls", "tool_name") if c in self.schema.message_columns]
+        # Starts with NUL: a comparison stops at the first byte; instr() would scan the whole
+        # text of every candidate (3x the cost of the block's read on 12k-character messages).
+        checks = [f"m.{c} IS NOT NULL" for c in columns] + ["(m.content >= char(0) AND m.content < char(1))"]
+        return "(" + " OR ".join(checks) + ")"
+
+    def _live_conversational(self, message_ids: Sequence[int]) -> dict[int, tuple[str, str, Any, int]]:
+        """(session, role, timestamp, tool_meta) of those of these messages that are live
+        user/assistant rows with text."""
         rows = self.conn.execute(
-            "SELECT m.id, m.session_id, m.role, m.timestamp FROM messages m "
+            f"SELECT m.id, m.session_id, m.role, m.timestamp, {self._tool_meta_sql} FROM messages m "
             "WHERE m.id IN (SELECT value FROM json_each(?)) "
-            f"AND m.role IN ('user', 'assistant') AND {self.schema.live_message_sql}",
+            f"AND m.role IN ('user', 'assistant') AND {self.schema.live_message_sql} AND {_HAS_TEXT_SQL}",
             (json.dumps(list(message_ids)),),
         ).fetchall()
-        return {row[0]: (row[1], row[2], row[3]) for row in rows}
+        return {row[0]: (row[1], row[2], row[3], row[4]) for row in rows}
+
+    def tool_texts(self, message_ids: Iterable[int]) -> dict[int, tuple[str, str]]:
+        """(text, tool-call text) of these messages: what the FTS tables index besides the text."""
+        columns = [c for c in ("tool_name", "tool_calls") if c in self.schema.message_columns]
+        meta = " || ' ' || ".join(f"COALESCE(m.{c}, '')" for c in columns) or "''"
+        rows = self.conn.execute(
+            f"SELECT m.id, m.content, {meta} FROM messages m WHERE m.id IN (SELECT value FROM json_each(?))",
+            (json.dumps(list(message_ids)),),
+        ).fetchall()
+        return {row[0]: (row[1] or "", row[2] or "") for row in rows}
+
+    def containing(self, message_ids: Iterable[int], needles: Sequence[str]) -> dict[int, int]:
+        """How many of ``needles`` each of these messages' text contains (case as written: the
+        needles are CJK), for the messages that contain one or more."""
+        ids = list(message_ids)
+        if not ids or not needles:
+            return {}
+        count = " + ".join("(instr(m.content, ?) > 0)" for _ in needles)
+        rows = self.conn.execute(
+            f"SELECT m.id, {count} FROM messages m WHERE m.id IN (SELECT value FROM json_each(?))",
+            (*needles, json.dumps(ids)),
+        ).fetchall()
+        return {row[0]: row[1] for row in rows if row[1]}
+
+    def contents(self, message_ids: Iterable[int]) -> dict[int, Any]:
+        """The stored content of these messages (for the rows a search returns)."""
+        rows = self.conn.execute(
+            "SELECT m.id, m.content FROM messages m WHERE m.id IN (SELECT value FROM json_each(?))",
+            (json.dumps(list(message_ids)),),
+        ).fetchall()
+        return {row[0]: row[1] for row in rows}
 
     def _with_content(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not rows:
@@ -383,28 +436,6 @@ class FullTextReader:
         for row in rows:
             row["content"] = by_id.get(row["message_id"])
         return rows
-
-    def previous_messages(self, message_ids: Iterable[int]) -> dict[int, int | None]:
-        """For each message, the live user/assistant message just before it in its session (or None).
-
-        Tool rows and hidden rows in between are skipped. One descent of Hermes's
-        ``(session_id, timestamp)`` index per message that stops at the first conversational row,
-        so the cost does not grow with the session's length.
-        """
-        ids = list(message_ids)
-        if not ids:
-            return {}
-        sql = f"""
-            SELECT h.id, (
-                SELECT m.id FROM messages m
-                WHERE m.session_id = h.session_id AND m.timestamp <= h.timestamp
-                  AND NOT (m.timestamp = h.timestamp AND m.id >= h.id)
-                  AND m.role IN ('user', 'assistant') AND {self.schema.live_message_sql}
-                ORDER BY m.timestamp DESC, m.id DESC LIMIT 1
-            ) AS previous_id
-            FROM messages h WHERE h.id IN (SELECT value FROM json_each(?))
-        """
-        return {row[0]: row[1] for row in self.conn.execute(sql, (json.dumps(ids),)).fetchall()}
 
     def in_conversations(self, table: str, match: str, in_scope: Mapping[str, str], at_least: int) -> bool:
         """Do at least ``at_least`` of ``in_scope``'s conversations (its values) have a live

@@ -652,14 +652,17 @@ def _rows(
     """The hit messages, each with the index of the chunk the model matched (``matched_chunk``)
     and its ``lift``: how far the hit lies from the query's mean similarity over the scope towards
     1. Unlike the raw cosine it has a similar range across models (``search.has_evidence``); None
-    when the scope is too small for its mean to be a background."""
+    when the scope is too small for its mean to be a background, where ``approximate_lift`` (the
+    same against a mean the hit weighs in) is only shown, never a reason to leave a hit out."""
     messages = db.messages_by_id(hit[0] for hit in hits)
-    usable = has_background and mean is not None and mean < 1.0
+    measurable = mean is not None and mean < 1.0
+    usable = has_background and measurable
     return [
         {
             **messages[message_id],
             "score": score,
             "lift": (score - mean) / (1.0 - mean) if usable else None,
+            "approximate_lift": (score - mean) / (1.0 - mean) if measurable else None,
             "matched_chunk": chunk_index,
         }
         for message_id, _, chunk_index, score in hits

@@ -336,3 +336,26 @@ def test_evidence_as_asked_embeds_and_searches_the_whole_query(greeted, server, 
         monkeypatch.setattr(search, "KEYWORD_EVIDENCE_PER_TERM", 0.0)  # any keyword row is evidence
         assert asked.evidence_as_asked(question, 0.999, 2)
     assert _queries(server) == ["Orion flaky", "Orion flaky"]  # the third answered from keyword rows
+
+
+def test_semantic_mode_stops_at_the_floor_and_every_result_shows_its_relevance(project, plugin, monkeypatch):
+    """Semantic search always has nearest neighbours, near or not: it returns what clears the
+    relevance floor, not ``limit`` results, and each result says how strong it is."""
+    close = project.search(project.current, "invoice export", mode="semantic", limit=3)
+    # A project this small has no background to judge by: both conversations, each with a figure.
+    assert set(session_ids(close)) == {project.invoices, project.expiry}
+    assert all(0.0 <= r["relevance"] <= 1.0 for r in close["results"])
+    assert close["results"][0]["relevance"] > close["results"][1]["relevance"]
+
+    monkeypatch.setattr(plugin.semantic.matrix, "MIN_BACKGROUND_CHUNKS", 1)  # judge even this tiny project
+    close = project.search(project.current, "invoice export", mode="semantic", limit=3)
+    assert session_ids(close) == [project.invoices]  # the session expiry conversation is no padding
+    assert close["results"][0]["relevance"] >= 0.5
+    unrelated = project.search(
+        project.current, "favourite pizza toppings for the summer party", mode="semantic"
+    )
+    assert unrelated["results"] == []
+    assert "relevance floor" in unrelated["message"]
+    hybrid = project.search(project.current, "invoice export CSV", mode="hybrid", limit=3)
+    assert session_ids(hybrid)[0] == project.invoices
+    assert all(0.0 <= r["relevance"] <= 1.0 for r in hybrid["results"])

@@ -56,7 +56,6 @@ def test_topical_terms_drop_stopwords_unless_nothing_is_left(q):
         "cache",
     ]
     assert [t.text for t in q.plan_query("who is it").topical()] == ["who", "is", "it"]
-    assert q.plan_query("the cache").match_any() == '"cache"'
 
 
 def test_cjk_terms_are_known(q):
@@ -118,12 +117,6 @@ def test_bare_word_and_without_words(q):
     assert q.without_words("keep all", frozenset()) == "keep all"
 
 
-def test_match_words_leaves_out_common_words_and_repeats(q):
-    plan = q.plan_query("orion flaky flakes")
-    assert plan.match_words() == '"orion"* OR "flaky"* OR "flake"*'
-    assert plan.match_words(frozenset({"orion"})) == '"flaky"* OR "flake"*'
-
-
 # --------------------------------------------------------------------------- dates
 
 
@@ -147,3 +140,132 @@ def test_a_month_is_the_month_and_a_date_needs_its_year(q):
     february = (datetime(2024, 2, 1).timestamp(), datetime(2024, 3, 1).timestamp())
     assert q.date_windows("31 February 2024") == [february]  # no such day: its month
     assert q.date_windows("the 2024-02-30 release") == []
+
+
+# --------------------------------------------------------------------------- terms a question ranks by
+
+
+def _terms(q, text: str) -> list[tuple[str, str]]:
+    return [(t.text, t.kind) for t in q.keyword_terms(q.plan_query(text)).terms]
+
+
+def test_cjk_grams_are_the_three_character_windows_once_each(q):
+    assert q.cjk_grams("项目归属") == ["项目归", "目归属"]
+    assert q.cjk_grams("啊啊啊啊") == ["啊啊啊"]
+    assert q.cjk_grams("归属") == []
+    assert q.cjk_grams("项目归属", 2) == ["项目", "目归", "归属"]
+
+
+def test_cjk_stop_phrases_are_cut_longest_first_and_content_words_survive(q):
+    assert q.without_cjk_stop_phrases("上次我们是怎么处理缓存的？").split() == ["是", "处理缓存", "？"]
+    # 什么 goes before 么 could be taken by anything shorter; 会话 and 功能 keep their characters.
+    assert q.without_cjk_stop_phrases("会话功能是什么") == "会话功能是 "
+    assert q.without_cjk_stop_phrases("plain English") == "plain English"
+    phrases = q.CJK_STOP_PHRASES
+    assert list(phrases) == sorted(phrases, key=lambda p: (-len(p), p))
+
+
+def test_a_chinese_question_is_ranked_by_the_grams_of_its_topic(q):
+    # The question's frame (上次 我们 怎么 的) is cut; 是 is left alone and dropped as one character.
+    assert _terms(q, "上次我们是怎么处理项目归属的？") == [
+        ("处理项", "gram"),
+        ("理项目", "gram"),
+        ("项目归", "gram"),
+        ("目归属", "gram"),
+    ]
+    # A two-character word can only be a pair; a single character is nothing.
+    assert _terms(q, "归属") == [("归属", "pair")]
+    assert _terms(q, "折") == []
+
+
+def test_mixed_chinese_and_english_takes_both_and_unglues_latin_words(q):
+    assert _terms(q, "把 `UserService` 的缓存改成什么了") == [
+        ("userservice", "prefix"),
+        ("缓存改", "gram"),
+        ("存改成", "gram"),
+    ]
+    query = q.keyword_terms(q.plan_query("修改youer服务端"))
+    assert [(t.text, t.kind) for t in query.terms] == [
+        ("修改", "pair"),
+        ("服务端", "gram"),
+        ("youer", "prefix"),
+    ]
+    assert query.latin_words == ["youer"]
+    assert query.pairs == ["修改"]
+
+
+def test_identifiers_are_searched_as_phrases_and_as_their_words(q):
+    assert _terms(q, "the SUPABASE_ACCESS_TOKEN in user_service.py") == [
+        ("supabase access token", "phrase"),
+        ("supabase", "prefix"),
+        ("access", "prefix"),
+        ("token", "prefix"),
+        ("user service py", "phrase"),
+        ("user", "prefix"),
+        ("service", "prefix"),
+        ("py", "word"),
+    ]
+    # Joanna's is a word, not an identifier; stopwords and single letters are not searched.
+    assert _terms(q, "what did Joanna's x say") == [("joanna", "prefix"), ("say", "word")]
+
+
+def test_the_users_phrases_prefixes_and_only_stopwords(q):
+    assert _terms(q, '"painted fences" deploy*') == [("painted fences", "phrase"), ("deploy", "prefix")]
+    assert _terms(q, "who is it") == [("who", "word"), ("is", "word"), ("it", "word")]
+    assert _terms(q, "_折") == []  # nothing to rank by: searched as written (rank.ranked_messages)
+    # Common words left out (rank.common_words), and when nothing else is left, nothing at all.
+    assert _terms(q, "orion flaky") == [("orion", "prefix"), ("flaky", "prefix")]
+    assert [t.text for t in q.keyword_terms(q.plan_query("orion flaky"), frozenset({"orion"})).terms] == [
+        "flaky"
+    ]
+    assert q.keyword_terms(q.plan_query("orion"), frozenset({"orion"})).terms == ()
+
+
+def test_the_or_of_a_tables_terms_is_quoted(q):
+    query = q.keyword_terms(q.plan_query('修改 youer 服务端 "a b"'))
+    assert query.match("messages_fts") == '"youer"* OR "a b"'
+    assert query.match("messages_fts_trigram") == '"服务端"'
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "inside", "outside"),
+    [
+        ("token", "word", "the Token expired", "tokens expired"),
+        ("token", "prefix", "two tokens", "a retoken"),
+        ("access token", "phrase", "an ACCESS-token here", "token access"),
+        ("项目归", "gram", "我们的项目归属", "项目的归属"),
+        ("归属", "pair", "归属问题", "归 属"),
+    ],
+)
+def test_a_term_occurs_in_a_text_as_its_table_matches_it(q, text, kind, inside, outside):
+    term = q.KeywordTerm(text, kind)
+    assert term.occurs_in(inside)
+    assert not term.occurs_in(outside)
+
+
+def test_a_boolean_querys_terms_as_written(q):
+    terms = {
+        t.text: q.as_written(t) for t in q.plan_query('归属 AND "user service" AND deploy* AND x.com').terms
+    }
+    assert (terms["归属"].kind, terms["归属"].text) == ("gram", "归属")
+    assert (terms["user service"].kind, terms["deploy"].kind) == ("phrase", "prefix")
+    assert (terms["x.com"].kind, terms["x.com"].text) == ("phrase", "x com")
+
+
+@given(st.text(max_size=80))
+def test_any_question_ranks_by_quoted_terms_of_their_kind(phr, text):
+    """Whatever is asked, each table gets only quoted phrases ORed, grams are three CJK
+    characters and pairs two: nothing the analysis makes can break MATCH."""
+    q = phr.module("fulltext.query")
+    query = q.keyword_terms(q.plan_query(text))
+    cjk = q._CJK_RUN
+    for term in query.terms:
+        assert term.fts.startswith('"') and term.fts.rstrip("*").endswith('"')
+        if term.kind == "gram":
+            assert len(term.text) == 3 and cjk.fullmatch(term.text)
+        elif term.kind == "pair":
+            assert len(term.text) == 2 and cjk.fullmatch(term.text)
+    assert len(set(query.terms)) == len(query.terms)
+    for table in ("messages_fts", "messages_fts_trigram"):
+        parts = [p for p in query.match(table).split(" OR ") if p]
+        assert len(parts) == sum(1 for t in query.terms if t.table == table)
