@@ -324,6 +324,7 @@ def readable(result: dict[str, Any]) -> str:
         )
     if result.get("message"):
         lines.append(result["message"])
+    lines.extend(f"Note: {warning}" for warning in result.get("warnings", []))
     for number, hit in enumerate(result.get("results", []), start=1):
         lines.append(f"{number}. {hit.get('title') or '(untitled)'}  [{hit['when']}]  {hit['link']}")
         lines.append(f"   {hit['snippet']}")

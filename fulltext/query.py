@@ -18,6 +18,9 @@ from ..text import CJK_CHARS, without_controls
 
 MAX_QUERY_CHARS = 2048
 MAX_TERMS = 32
+# A question's ranking terms (:func:`keyword_terms`): a long CJK run yields one 3-gram per
+# character; past this many the ranking learns nothing more and only reads longer.
+MAX_KEYWORD_TERMS = 64
 
 _CJK = re.compile(f"[{CJK_CHARS}]")
 _CJK_RUN = re.compile(f"[{CJK_CHARS}]+")
@@ -103,6 +106,8 @@ class QueryPlan:
 
     items: tuple[Term | str, ...]
     terms: tuple[Term, ...]
+    chars_cut: int = 0  # characters past MAX_QUERY_CHARS, not read
+    terms_cut: int = 0  # terms past MAX_TERMS, not searched
 
     @property
     def has_operators(self) -> bool:
@@ -174,6 +179,7 @@ def plan_query(query: str) -> QueryPlan:
     ' %`` and friends are literal), and tokens with no letter or digit are dropped.
     """
     items: list[Term | str] = []
+    terms_cut = 0
     for chunk, is_phrase in _split_phrases(clean_query(query)):
         if is_phrase:
             if _WORD_CHAR.search(chunk):
@@ -196,9 +202,16 @@ def plan_query(query: str) -> QueryPlan:
                 cleaned.append(item)
         elif len([i for i in cleaned if isinstance(i, Term)]) < MAX_TERMS:
             cleaned.append(item)
+        else:
+            terms_cut += 1
     while cleaned and isinstance(cleaned[-1], str):
         cleaned.pop()
-    return QueryPlan(items=tuple(cleaned), terms=tuple(i for i in cleaned if isinstance(i, Term)))
+    return QueryPlan(
+        items=tuple(cleaned),
+        terms=tuple(i for i in cleaned if isinstance(i, Term)),
+        chars_cut=max(0, len(query) - MAX_QUERY_CHARS),
+        terms_cut=terms_cut,
+    )
 
 
 def without_words(query: str, words: frozenset[str]) -> str:
@@ -296,6 +309,7 @@ class KeywordQuery:
 
     terms: tuple[KeywordTerm, ...]
     needles: tuple[str, ...]
+    cut: int = 0  # terms past MAX_KEYWORD_TERMS, not searched
 
     def match(self, table: str) -> str:
         """The OR of this table's terms, as FTS5 takes it ('' when it has none)."""
@@ -393,7 +407,12 @@ def keyword_terms(plan: QueryPlan, leave_out: frozenset[str] = frozenset()) -> K
             for part in _LATIN_WORD.findall(_CJK_RUN.sub(" ", term.text.casefold())):
                 terms.append(KeywordTerm(part, "word", part))
                 needles.append(part)
-    return KeywordQuery(terms=tuple(dict.fromkeys(terms)), needles=tuple(dict.fromkeys(needles)))
+    unique = tuple(dict.fromkeys(terms))
+    return KeywordQuery(
+        terms=unique[:MAX_KEYWORD_TERMS],
+        needles=tuple(dict.fromkeys(needles)),
+        cut=max(0, len(unique) - MAX_KEYWORD_TERMS),
+    )
 
 
 # --------------------------------------------------------------------------- dates in the query

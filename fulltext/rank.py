@@ -86,6 +86,8 @@ def common_words(reader: FullTextReader, plan: QueryPlan, in_scope: Mapping[str,
             if reader.in_conversations("messages_fts", QueryPlan.word_match(term), counted_in, needed):
                 common.add(word)
         except sqlite3.OperationalError:
+            if reader.out_of_time:  # not judged in time: nothing is left out
+                return frozenset()
             continue
     return frozenset(common) if len(common) < len(words) else frozenset()
 
@@ -212,7 +214,12 @@ def ranked_messages(
         query, leave_out = keyword_terms(plan), frozenset()
     schema = reader.schema
     if not query.terms:  # nothing but punctuation and single CJK characters ("_折"): as written
-        rows = reader.like_messages(plan.needles(), list(in_scope), False, SCAN_LIMIT)
+        try:
+            rows = reader.like_messages(plan.needles(), list(in_scope), False, SCAN_LIMIT)
+        except sqlite3.OperationalError:
+            if not reader.out_of_time:
+                raise
+            return []
         return [
             {**row, "conversation": in_scope[row["session_id"]], "score": 0.0, "bm25": None} for row in rows
         ]
@@ -261,30 +268,37 @@ def ranked_messages(
                 add(tier, _checked(reader, rows, terms), bm25=True, new_only=new_only)
                 return
             except sqlite3.OperationalError as error:
+                if reader.out_of_time:
+                    raise
                 logger.debug("FTS query %r failed (%s); using LIKE", match, error)
         add(tier, like([t.text for t in terms]), bm25=False, new_only=new_only, like_terms=len(terms))
 
-    for table in ("messages_fts", "messages_fts_trigram"):
-        terms = [t for t in query.terms if t.table == table]
-        if terms:
-            search(table, terms)
-    if query.pairs and main:
-        for message_id, count in reader.containing(main, query.pairs).items():
-            main[message_id]["score"] += PAIR_BOOST * count
-        if len(conversations()) < want_sessions:
-            tiers.append({})
-            add(tiers[-1], like(query.pairs), bm25=False, new_only=True, like_terms=len(query.pairs))
-    elif query.pairs:
-        add(main, like(query.pairs), bm25=False, new_only=False, like_terms=len(query.pairs))
-    if leave_out and len(conversations()) < want_sessions:
-        common = [t for t in keyword_terms(plan).terms if t.table == "messages_fts" and t not in query.terms]
-        if common:
-            tiers.append({})
-            search("messages_fts", common, tiers[-1], new_only=True)
-    mixed = any(t.kind in ("gram", "pair") for t in query.terms)
-    if (mixed or len(conversations()) < want_sessions) and schema.has_trigram and query.latin_words:
-        glued = [KeywordTerm(word, "gram", word) for word in query.latin_words]
-        search("messages_fts_trigram", glued)
+    try:  # each step adds to the tiers; at the deadline the ranking keeps what they hold
+        for table in ("messages_fts", "messages_fts_trigram"):
+            terms = [t for t in query.terms if t.table == table]
+            if terms:
+                search(table, terms)
+        if query.pairs and main:
+            for message_id, count in reader.containing(main, query.pairs).items():
+                main[message_id]["score"] += PAIR_BOOST * count
+            if len(conversations()) < want_sessions:
+                tiers.append({})
+                add(tiers[-1], like(query.pairs), bm25=False, new_only=True, like_terms=len(query.pairs))
+        elif query.pairs:
+            add(main, like(query.pairs), bm25=False, new_only=False, like_terms=len(query.pairs))
+        if leave_out and len(conversations()) < want_sessions:
+            every = keyword_terms(plan).terms
+            common = [t for t in every if t.table == "messages_fts" and t not in query.terms]
+            if common:
+                tiers.append({})
+                search("messages_fts", common, tiers[-1], new_only=True)
+        mixed = any(t.kind in ("gram", "pair") for t in query.terms)
+        if (mixed or len(conversations()) < want_sessions) and schema.has_trigram and query.latin_words:
+            glued = [KeywordTerm(word, "gram", word) for word in query.latin_words]
+            search("messages_fts_trigram", glued)
+    except sqlite3.OperationalError:
+        if not reader.out_of_time:
+            raise
     ranked: list[dict[str, Any]] = []
     for tier in tiers:
         ranked.extend(rank_by_conversation(tier.values()))
@@ -327,6 +341,8 @@ def boolean_messages(
             )
             return _checked(reader, rows, checked_terms)
         except sqlite3.OperationalError as error:
+            if reader.out_of_time:
+                raise
             logger.debug("FTS query %r failed (%s); using LIKE", plan.match_all(), error)
             return like()
 
@@ -337,10 +353,14 @@ def boolean_messages(
                 ranked.append({**row, "conversation": in_scope[row["session_id"]]})
 
     schema = reader.schema
-    if plan.has_cjk or not schema.fts_columns:
-        add(fts("messages_fts_trigram") if schema.has_trigram and long_terms else like())
-        return ranked
-    add(fts("messages_fts"))
-    if len({row["conversation"] for row in ranked}) < want_sessions and schema.has_trigram and long_terms:
-        add(fts("messages_fts_trigram"))
+    try:  # at the deadline: what was read so far
+        if plan.has_cjk or not schema.fts_columns:
+            add(fts("messages_fts_trigram") if schema.has_trigram and long_terms else like())
+            return ranked
+        add(fts("messages_fts"))
+        if len({row["conversation"] for row in ranked}) < want_sessions and schema.has_trigram and long_terms:
+            add(fts("messages_fts_trigram"))
+    except sqlite3.OperationalError:
+        if not reader.out_of_time:
+            raise
     return ranked

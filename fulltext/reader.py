@@ -15,9 +15,11 @@ import json
 import logging
 import sqlite3
 import threading
+import time
 from array import array
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,10 @@ PER_SESSION_SCAN = 5
 # FTS rows checked for liveness and session per statement while a ranked FTS query is read: small
 # first (keyword mode often needs three conversations), larger as more is read.
 FTS_BLOCKS = (32, 128, 512)
+# SQLite virtual-machine steps between two looks at the clock while a deadline holds: about a
+# millisecond of work, so a statement stops within milliseconds of it at a negligible cost.
+PROGRESS_STEPS = 10_000
+_now = time.monotonic  # the deadline's clock
 _SCOPE_SQL = "m.session_id IN (SELECT value FROM json_each(?))"
 # A message with no text is never a result: Hermes's FTS tables index content || tool_name ||
 # tool_calls, so an assistant row that only called a tool matches on the tool's name. (trim, not
@@ -242,6 +248,30 @@ class FullTextReader:
         self.schema = db.schema
         self._register = registers.for_path(db.env.state_db) if registers is not None else None
         self._members: dict[frozenset[str], ScopeIds | None] = {}
+        self.out_of_time = False  # a statement was stopped at the deadline (:meth:`deadline`)
+
+    @contextmanager
+    def deadline(self, at: float | None) -> Iterator[None]:
+        """Within this block SQLite stops any statement of this connection once
+        ``time.monotonic()`` passes ``at``: the progress handler interrupts it
+        (``sqlite3.OperationalError``, "interrupted") and :attr:`out_of_time` is set, so that the
+        ranking keeps what it has instead of taking the error for a bad FTS query (issue 18.11:
+        a long LIKE scan once took 22 s). None: no deadline."""
+        if at is None:
+            yield
+            return
+
+        def past_deadline() -> int:
+            if _now() > at:
+                self.out_of_time = True
+                return 1
+            return 0
+
+        self.conn.set_progress_handler(past_deadline, PROGRESS_STEPS)
+        try:
+            yield
+        finally:
+            self.conn.set_progress_handler(None, 0)
 
     def fts_messages(
         self,
@@ -534,6 +564,8 @@ class FullTextReader:
             try:
                 return self._like(terms, session_ids, require_all, scan_limit, None, match)
             except sqlite3.OperationalError as error:
+                if self.out_of_time:
+                    raise
                 logger.debug("trigram candidates for %r failed (%s); reading the scope", match, error)
         return self._like(terms, session_ids, require_all, scan_limit, expression, None)
 

@@ -4,6 +4,7 @@ provider says can leak, run, or lock the index (issue 18)."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from harness import session_ids
@@ -433,3 +434,65 @@ def test_a_disk_that_filled_during_index_locks_nothing_and_loses_nothing(small_d
     # filled is not sent again; only the batch that could not be stored is (at most batch_size).
     documents = [text for text in world.server.inputs if text != "lorem"]
     assert 800 <= len(documents) <= 800 + 32, len(documents)
+
+
+# --------------------------------------------------------------------------- unbounded keyword time
+
+
+def _keyword_clock(plugin, monkeypatch, *, passed_in: str | None = None):
+    """The keyword deadline's clock, moved past the deadline from the start (``passed_in`` None) or
+    when the reader first enters ``passed_in``: time runs out at a known step, whatever the
+    machine's speed (no timed assertion). Returns the reader module (its ``_now`` is the clock)."""
+    import importlib
+
+    reader = importlib.import_module(f"{plugin.__name__}.fulltext.reader")
+    monkeypatch.setattr(reader, "PROGRESS_STEPS", 1)  # the clock is read at every SQLite step
+    late = lambda: float("inf")  # noqa: E731
+    if passed_in is None:
+        monkeypatch.setattr(reader, "_now", late)
+        return reader
+    original = getattr(reader.FullTextReader, passed_in)
+    entered_before = []
+
+    def entered(self, *args, **kwargs):
+        if not entered_before:
+            entered_before.append(True)
+            monkeypatch.setattr(reader, "_now", late)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(reader.FullTextReader, passed_in, entered)
+    return reader
+
+
+@pytest.mark.parametrize("mode", ["keyword", "hybrid"])
+def test_a_keyword_search_out_of_time_answers_and_says_so(world, plugin, monkeypatch, mode):
+    repo = world.git_repo("app")
+    for i in range(30):
+        world.session(repo, [("user", f"的 是 在 了 一 {i} 不 我 有 和 人 这"), ("assistant", "好 的")])
+    current = world.session(repo)
+    spaced = " ".join("的是在了一不我有和人这中大为上个国到说们" * 60)  # single characters: a LIKE scan
+    _keyword_clock(plugin, monkeypatch)
+    result = world.search(current, spaced, mode=mode)
+    assert result["success"] and result["results"] == []
+    assert "time limit" in result["message"]
+    assert any("stopped at its" in w for w in result["warnings"]), result
+    assert any("first 32 terms" in w for w in result["warnings"]), result
+    assert any("first 2048 characters" in w for w in result["warnings"]), result
+
+
+def test_a_keyword_search_out_of_time_keeps_what_it_found(world, plugin, monkeypatch):
+    repo = world.git_repo("app")
+    found = world.session(repo, [("user", "数据库迁移失败了, 要回滚吗"), ("assistant", "先备份")])
+    for i in range(5):
+        world.session(repo, [("user", f"今天只聊回滚 {i}"), ("assistant", "好")])
+    current = world.session(repo)
+    # The question's 3-grams find one conversation; too few, so its 2-character word "回滚" is
+    # looked for with LIKE, and the clock passes the deadline right there.
+    reader = _keyword_clock(plugin, monkeypatch, passed_in="like_messages")
+    result = world.search(current, "数据库迁移 回滚", mode="keyword", limit=3)
+    assert session_ids(result) == [found], result
+    assert any("stopped at its" in w for w in result["warnings"]), result
+    monkeypatch.setattr(reader, "_now", time.monotonic)  # in time, the 2-character word adds the others
+    unhurried = world.search(current, "数据库迁移 回滚", mode="keyword", limit=3)
+    assert "warnings" not in unhurried, unhurried
+    assert session_ids(unhurried)[0] == found and len(session_ids(unhurried)) == 3

@@ -50,6 +50,22 @@ def test_control_characters_and_length_are_bounded(q):
     assert len(q.plan_query(many).terms) == q.MAX_TERMS
 
 
+def test_what_the_plan_cuts_it_counts(q):
+    assert (q.plan_query("short question").chars_cut, q.plan_query("short question").terms_cut) == (0, 0)
+    many = " ".join(f"w{i}" for i in range(100))  # 100 terms, 389 characters
+    assert (q.plan_query(many).chars_cut, q.plan_query(many).terms_cut) == (0, 100 - q.MAX_TERMS)
+    assert q.plan_query("x" * 5000).chars_cut == 5000 - q.MAX_QUERY_CHARS
+    assert q.plan_query("AND OR x").terms_cut == 0  # operators are not terms
+
+
+def test_a_long_cjk_run_is_ranked_by_its_first_grams(q):
+    run = "".join(chr(0x9E00 + i) for i in range(200))  # 198 distinct 3-grams, no stop phrase
+    query = q.keyword_terms(q.plan_query(run))
+    assert len(query.terms) == q.MAX_KEYWORD_TERMS and query.cut == 198 - q.MAX_KEYWORD_TERMS
+    assert query.terms[0].text == run[:3]
+    assert q.keyword_terms(q.plan_query("缓存策略")).cut == 0
+
+
 def test_topical_terms_drop_stopwords_unless_nothing_is_left(q):
     assert [t.text for t in q.plan_query("what did we decide about the cache").topical()] == [
         "decide",
