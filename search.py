@@ -176,8 +176,9 @@ def fuse_rankings(
     ]
 
 
-# Keyword evidence that alone makes a hybrid answer worth giving: a message's bm25 plus half its
-# neighbours' (with_neighbours), set together with config_schema.relevance_floor (docs/benchmarks.md).
+# Keyword evidence that alone makes a hybrid answer worth giving: a conversation's bm25 evidence
+# (rank.conversation_score over its messages' bm25), set together with
+# config_schema.relevance_floor (docs/benchmarks.md).
 KEYWORD_EVIDENCE = 10.0
 # bm25 adds up over the query's words, so a question with one or two topical words ("Who is
 # Anthony?") cannot reach KEYWORD_EVIDENCE however exact its match: such a query needs this much
