@@ -314,12 +314,17 @@ def clears_floor(row: dict[str, Any], floor: float) -> bool:
 
 # A keyword winner this much stronger than the runner-up stays first whatever semantic says.
 CLEAR_WINNER_RATIO = 1.2
+# ... and so does one whose evidence is this many times what the query needs (keyword_evidence):
+# an exact error line or configuration key, which a neighbour in meaning should not outrank
+# (developer transcripts, docs/benchmarks.md).
+STRONG_WINNER_EVIDENCE = 5.0
 
 
 def keep_clear_keyword_winner(
-    fused: list[dict[str, Any]], keyword: Sequence[dict[str, Any]]
+    fused: list[dict[str, Any]], keyword: Sequence[dict[str, Any]], needed: float | None = None
 ) -> list[dict[str, Any]]:
-    """Hybrid's first result is keyword's first conversation when its bm25 beats the second's by 20 %.
+    """Hybrid's first result is keyword's first conversation when its bm25 beats the second's by
+    20 %, or reaches :data:`STRONG_WINNER_EVIDENCE` times ``needed``, the evidence the query needs.
 
     RRF sees only ranks: a conversation that keyword ranks second and semantic first overtakes
     keyword's first however far ahead its words put it (docs/benchmarks.md).
@@ -333,8 +338,12 @@ def keep_clear_keyword_winner(
     if not firsts:
         return fused
     (winner, top), *rest = firsts.items()
+    if top is None:
+        return fused
     runner_up = rest[0][1] if rest else 0.0
-    if top is None or runner_up is None or top < CLEAR_WINNER_RATIO * runner_up:
+    ahead = runner_up is not None and top >= CLEAR_WINNER_RATIO * runner_up
+    strong = needed is not None and top >= STRONG_WINNER_EVIDENCE * needed
+    if not (ahead or strong):
         return fused
     return [row for row in fused if _conversation(row) == winner] + [
         row for row in fused if _conversation(row) != winner
@@ -565,9 +574,9 @@ class _Search:
             embedding.keyword_weight,
             embedding.semantic_weight,
         )
-        ranked = keep_clear_keyword_winner(ranked, found.keyword)
         # The floor is calibrated on word-tokenised bm25; CJK queries (trigram/LIKE) skip it.
         floor, terms = relevance_floor(embedding), len(question.plan.topical())
+        ranked = keep_clear_keyword_winner(ranked, found.keyword, keyword_evidence(terms))
         if question.plan.has_cjk or has_evidence(found.keyword, found.semantic_rows, floor, terms):
             return ranked, False
         if question.common and self.evidence_as_asked(question, floor, terms):

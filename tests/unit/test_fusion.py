@@ -57,6 +57,16 @@ def test_a_clear_keyword_winner_stays_first(search):
     assert [r["session_id"] for r in search.keep_clear_keyword_winner(fused, like_rows)] == ["B", "A", "C"]
 
 
+def test_a_keyword_winner_far_past_what_the_query_needs_stays_first(search):
+    fused = rows(("B", 2), ("A", 1), ("C", 3))
+    close = scored(("A", 1, 50.0), ("B", 2, 45.0))  # not 20 % ahead of the runner-up
+    order = [r["session_id"] for r in search.keep_clear_keyword_winner(fused, close, needed=10.0)]
+    assert order == ["A", "B", "C"]  # 5x the evidence needed: an exact error line, say
+    order = [r["session_id"] for r in search.keep_clear_keyword_winner(fused, close, needed=12.0)]
+    assert order == ["B", "A", "C"]
+    assert [r["session_id"] for r in search.keep_clear_keyword_winner(fused, close)] == ["B", "A", "C"]
+
+
 def test_relevance_floor_needs_one_strong_hit(search):
     weak_words = scored(("A", 1, search.KEYWORD_EVIDENCE - 1))
     strong_words = scored(("A", 1, search.KEYWORD_EVIDENCE))
