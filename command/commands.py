@@ -8,6 +8,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ..store import command_line, hint
@@ -23,6 +25,7 @@ from .common import (
 
 if TYPE_CHECKING:
     from .. import ProcessState
+    from ..store import HermesEnv
 
 DISABLE_WAIT_SECONDS = 60.0  # longest a running indexer's one request can take (timeout_seconds 20, x3)
 INDEX_WAIT_SECONDS = 3600.0  # `index` waits for another indexer rather than failing
@@ -109,22 +112,33 @@ def _withdrawn(consent: dict[str, Any] | None) -> dict[str, Any] | None:
     return {**consent, "disabled_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
+@contextmanager
+def _switched_off(env: HermesEnv, busy: str) -> Iterator[None]:
+    """Semantic search off and consent withdrawn, then the indexer lock held for the block.
+
+    Every indexer re-checks consent before each batch; waiting for the lock means one that was
+    mid-request has finished it and stopped, so nothing at all is sent once the block runs.
+    ``busy``: the error when an indexer does not stop within :data:`DISABLE_WAIT_SECONDS`."""
+    from ..semantic import indexer_lock, update_consent
+
+    save_plugin_settings({"enabled": False})
+    update_consent(env, _withdrawn)
+    with indexer_lock(env.data_dir, DISABLE_WAIT_SECONDS) as taken:
+        if not taken:
+            raise CommandError(busy)
+        yield
+
+
 def revoke(process: ProcessState, args: argparse.Namespace) -> int:
-    from ..semantic import indexer_lock, purge, update_consent
+    from ..semantic import purge
     from ..store import HermesEnv
 
     env = HermesEnv.current()
-    save_plugin_settings({"enabled": False})
-
-    update_consent(env, _withdrawn)
-    # Every indexer re-checks consent before each batch; waiting for the lock means one that was
-    # mid-request has finished it and stopped, so nothing at all is sent once this returns.
-    with indexer_lock(env.data_dir, DISABLE_WAIT_SECONDS) as taken:
-        if not taken:
-            raise CommandError(
-                f"semantic search is off, but an indexer did not stop within {DISABLE_WAIT_SECONDS:.0f}s "
-                "(a request to the provider is hanging); it sends nothing more once that request ends"
-            )
+    busy = (
+        f"semantic search is off, but an indexer did not stop within {DISABLE_WAIT_SECONDS:.0f}s "
+        "(a request to the provider is hanging); it sends nothing more once that request ends"
+    )
+    with _switched_off(env, busy):
         print("Consent revoked: semantic search is off; nothing is sent to any embedding provider.")
         if args.purge:
             removed = purge(env.index_path)
@@ -145,7 +159,7 @@ def uninstall(process: ProcessState, args: argparse.Namespace) -> int:
     What stays is the plugin's folder, for ``hermes plugins remove``."""
     import shutil
 
-    from ..semantic import indexer_lock, purge, runtime, update_consent
+    from ..semantic import purge, runtime
     from ..store import HermesEnv
 
     env = HermesEnv.current()
@@ -160,14 +174,8 @@ def uninstall(process: ProcessState, args: argparse.Namespace) -> int:
         if input("Go ahead? [y/N] ").strip().lower() not in ("y", "yes"):
             print("Nothing changed.")
             return 1
-    # As revoke does: off first, so a running indexer stops before its next request.
-    save_plugin_settings({"enabled": False})
-    update_consent(env, _withdrawn)
-    with indexer_lock(env.data_dir, DISABLE_WAIT_SECONDS) as taken:
-        if not taken:
-            raise CommandError(
-                f"an indexer did not stop within {DISABLE_WAIT_SECONDS:.0f}s; run this again later"
-            )
+    busy = f"an indexer did not stop within {DISABLE_WAIT_SECONDS:.0f}s; run this again later"
+    with _switched_off(env, busy):  # as revoke: off first, so a running indexer stops
         purge(env.index_path)
         for name in (*DATA_FILES, "embeddings.db"):
             for suffix in ("", "-wal", "-shm", "-journal"):

@@ -223,3 +223,38 @@ def test_api_key_never_leaks(setup, server, caplog):
     with sqlite3.connect(db) as conn:
         conn.execute("PRAGMA wal_checkpoint(FULL)")
     assert SECRET.encode() not in db.read_bytes()
+
+
+def test_revoke_and_uninstall_switch_off_first_and_say_when_an_indexer_is_still_sending(
+    setup, plugin, monkeypatch, capsys
+):
+    """An indexer mid-request holds the lock: both commands turn semantic search off and withdraw
+    consent at once (it sends nothing after its request), then say in one line that it has not
+    stopped yet, and uninstall removes nothing while it runs."""
+    import argparse
+    import importlib
+
+    assert cli(setup, "enable", "--yes", "--all-projects").returncode == 0
+    commands = importlib.import_module(f"{plugin.__name__}.command.commands")
+    index_store = importlib.import_module(f"{plugin.__name__}.semantic.index_store")
+    monkeypatch.setattr(commands, "DISABLE_WAIT_SECONDS", 1.0)
+    parser = argparse.ArgumentParser()
+    plugin.command.setup_parser(parser)
+    data_dir = plugin.store.HermesEnv.current().data_dir
+    with index_store.indexer_lock(data_dir) as taken:  # the running indexer
+        assert taken
+        with pytest.raises(SystemExit) as revoked:
+            plugin.command.run(plugin.process_state(), parser.parse_args(["revoke"]))
+        consent = json.loads((data_dir / "consent.json").read_text())
+        assert consent.get("disabled_at")
+        assert cli(setup, "allow", "--yes", "--all-projects").returncode == 0
+        assert not json.loads((data_dir / "consent.json").read_text()).get("disabled_at")
+        with pytest.raises(SystemExit) as removed:
+            plugin.command.run(plugin.process_state(), parser.parse_args(["uninstall", "--yes"]))
+        assert (data_dir / "consent.json").exists()  # nothing removed while the indexer runs
+    assert revoked.value.code == 2 and removed.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert "semantic search is off, but an indexer did not stop within 1s" in lines[0]
+    assert "an indexer did not stop within 1s; run this again later" in lines[-1]
+    assert json.loads((data_dir / "consent.json").read_text()).get("disabled_at")  # off again
+    assert plugin.store.HermesEnv.current().settings.embedding.enabled is False
