@@ -37,6 +37,17 @@ def make(work: Path) -> dict:
             db.append_message(sid, role, content)
         return sid
 
+    def called_the_search(sid: str) -> None:
+        """An assistant turn that only called this plugin's tool, as Hermes records one: no text,
+        the call in ``tool_calls`` (which the FTS tables index too), then the tool's answer."""
+        call = {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "project_history_search", "arguments": '{"query": "session history"}'},
+        }
+        db.append_message(sid, "assistant", "", tool_calls=[call])
+        db.append_message(sid, "tool", '{"success": true, "results": []}', tool_name="project_history_search")
+
     folders = {}
     for name in ("shop", "blog"):
         path = work / name
@@ -67,6 +78,7 @@ def make(work: Path) -> dict:
         [("user", "I baked sourdough bread with rye flour this weekend.")],
         "Baking",
     )
+    called_the_search(ids["cooking"])
     blog = [("user", "The blog uses PostgreSQL for comments.")]
     ids["blog_session"] = session(folders["blog"], blog, "Blog")
     ids["now"] = session(folders["shop"], [("user", "Let's continue on the shop.")], "Today")

@@ -57,6 +57,10 @@ def test_search_keeps_its_scope_and_its_question_names_hermesx(h020):
     keyword = _tool(h020, "search", ids["now"], "keyword", "PostgreSQL")
     assert keyword["success"] and [r["session_id"] for r in keyword["results"]] == [ids["db"]]
     assert keyword["sessions_in_scope"] == 4  # car, db, cooking and the current one; not the blog
+    # A turn that only called the search tool (its name in tool_calls, no text) is no result.
+    for mode in ("keyword", "hybrid"):
+        called = _tool(h020, "search", ids["now"], mode, "project history search session")
+        assert called["success"] and called["results"] == [], called
     ask = _tool(h020, "search", ids["now"], "hybrid", "vehicle breakdown")["semantic_consent"]
     assert ask["on_yes_run"].startswith("hermesx project-history setup local --yes --allow ")
 
@@ -105,6 +109,10 @@ def test_the_consent_command_does_the_whole_job_on_a_plain_hermes_020(h020):
     import os
 
     ids = h020["ids"]
+    # A turn that only called the search tool (its name in tool_calls, no text) is no result.
+    for mode in ("keyword", "hybrid"):
+        called = _tool(h020, "search", ids["now"], mode, "project history search session")
+        assert called["success"] and called["results"] == [], called
     ask = _tool(h020, "search", ids["now"], "hybrid", "vehicle breakdown")["semantic_consent"]
     env = {
         **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},
