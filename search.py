@@ -250,25 +250,25 @@ def evidence_by_conversation(
 ) -> tuple[dict[str, float | None], dict[str, float | None]]:
     """Each conversation's keyword evidence (:func:`_strength`, its best) and semantic lift (its
     best message's; ``approximate_lift`` where the scope is too small for a background)."""
-    words: dict[str, float | None] = {}
-    for row in keyword:
-        strength = _strength(row)
-        group = _conversation(row)
-        if strength is not None and (words.get(group) is None or strength > words[group]):
-            words[group] = strength
+
+    def lift(row: dict[str, Any]) -> float | None:
+        return row["lift"] if row.get("lift") is not None else row.get("approximate_lift")
+
+    return _best_by_conversation(keyword, _strength), _best_by_conversation(semantic, lift)
+
+
+def _best_by_conversation(
+    rows: Sequence[dict[str, Any]], value: Callable[[dict[str, Any]], float | None]
+) -> dict[str, float | None]:
+    """The largest ``value`` of each conversation's rows; None where no row of it has one."""
+    best: dict[str, float | None] = {}
+    for row in rows:
+        found, group = value(row), _conversation(row)
+        if found is not None and (best.get(group) is None or found > best[group]):
+            best[group] = found
         else:
-            words.setdefault(group, strength)
-    meaning: dict[str, float | None] = {}
-    for row in semantic:
-        lift = row.get("lift")
-        if lift is None:
-            lift = row.get("approximate_lift")
-        group = _conversation(row)
-        if lift is not None and (meaning.get(group) is None or lift > meaning[group]):
-            meaning[group] = lift
-        else:
-            meaning.setdefault(group, lift)
-    return words, meaning
+            best.setdefault(group, found)
+    return best
 
 
 # How much a conversation's other semantic hits add to its best one (rank_semantic_conversations).

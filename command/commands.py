@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..store import command_line, hint
 from .common import (
     CommandError,
+    confirmed,
     counted,
     identity_for,
     identity_of_folder,
@@ -80,12 +81,10 @@ def grant(process: ProcessState, tokens: list[str], all_projects: bool, yes: boo
     print("  what: past conversations now, and new messages as they are searched (history+incremental)")
     print(f"  to: {embedding.provider} model '{embedding.model}' at {destination(embedding)}")
     print(f"  stored: vectors only, in {env.index_path}")
-    if not yes:
-        if not sys.stdin or not sys.stdin.isatty():
-            raise CommandError("confirmation needed: run again with --yes once the user has agreed")
-        if input("Agree and enable? [y/N] ").strip().lower() not in ("y", "yes"):
-            print("Nothing changed.")
-            return 1
+    if not yes and not confirmed(
+        "Agree and enable?", "confirmation needed: run again with --yes once the user has agreed"
+    ):
+        return 1
 
     def agree(consent: dict[str, Any] | None) -> dict[str, Any]:
         agreed, covered = refs, covers
@@ -168,12 +167,8 @@ def uninstall(process: ProcessState, args: argparse.Namespace) -> int:
     print(f"  consent and stored vectors: {env.data_dir}")
     print(f"  what setup installed: {installed}")
     print("  plugins.project-history-recall and its entries in config.yaml; the API key in .env")
-    if not args.yes:
-        if not sys.stdin or not sys.stdin.isatty():
-            raise CommandError("confirmation needed: run again with --yes")
-        if input("Go ahead? [y/N] ").strip().lower() not in ("y", "yes"):
-            print("Nothing changed.")
-            return 1
+    if not args.yes and not confirmed("Go ahead?", "confirmation needed: run again with --yes"):
+        return 1
     busy = f"an indexer did not stop within {DISABLE_WAIT_SECONDS:.0f}s; run this again later"
     with _switched_off(env, busy):  # as revoke: off first, so a running indexer stops
         purge(env.index_path)

@@ -15,6 +15,19 @@ class CommandError(Exception):
     """A user-facing failure: printed as one line on stderr, exit code 2."""
 
 
+def confirmed(question: str, not_at_a_terminal: str) -> bool:
+    """The user's yes at the terminal (``question``, then ``[y/N]``); outside a terminal there is
+    nobody to ask: a :class:`CommandError` saying ``not_at_a_terminal`` (``--yes``)."""
+    import sys
+
+    if not sys.stdin or not sys.stdin.isatty():
+        raise CommandError(not_at_a_terminal)
+    if input(f"{question} [y/N] ").strip().lower() in ("y", "yes"):
+        return True
+    print("Nothing changed.")
+    return False
+
+
 def describe(error: BaseException) -> str:
     from ..semantic import describe_failure
     from ..store import HermesEnv

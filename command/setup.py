@@ -393,7 +393,7 @@ def add_parser(sub: Any) -> None:
 def run(process: ProcessState, args: argparse.Namespace) -> int:
     from ..config_schema import API_KEY_ENV
     from ..store import HermesEnv
-    from .common import save_plugin_settings
+    from .common import confirmed, save_plugin_settings
 
     plan = make_plan(args.provider, args.model, args.base_url)
     summary = runtime.environment_summary()
@@ -414,12 +414,8 @@ def run(process: ProcessState, args: argparse.Namespace) -> int:
     print(
         f"  {step + 1}. only then write plugins.project-history-recall.embedding in config.yaml: {settings}"
     )
-    if not args.yes:
-        if not sys.stdin or not sys.stdin.isatty():
-            raise SetupError("run again with --yes to go ahead")
-        if input("Go ahead? [y/N] ").strip().lower() not in ("y", "yes"):
-            print("Nothing changed.")
-            return 1
+    if not args.yes and not confirmed("Go ahead?", "run again with --yes to go ahead"):
+        return 1
 
     started = time.monotonic()
     install_runtime(plan.packages)

@@ -458,11 +458,7 @@ class FullTextReader:
     def _with_content(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not rows:
             return rows
-        contents = self.conn.execute(
-            "SELECT m.id, m.content FROM messages m WHERE m.id IN (SELECT value FROM json_each(?))",
-            (json.dumps([row["message_id"] for row in rows]),),
-        ).fetchall()
-        by_id = {row[0]: row[1] for row in contents}
+        by_id = self.contents(row["message_id"] for row in rows)
         for row in rows:
             row["content"] = by_id.get(row["message_id"])
         return rows

@@ -354,11 +354,10 @@ class Semantic:
         large matrix from a slow disk, a stalled lock). Past it the keyword results answer alone,
         and the worker finishes on its own.
         """
-        waited = started + self.env.settings.embedding.index_budget_seconds + ANSWER_GRACE_SECONDS
+        seconds = self.env.settings.embedding.index_budget_seconds + ANSWER_GRACE_SECONDS
         try:
-            return concurrent.result(timeout=max(0.0, waited - time.monotonic()))
+            return concurrent.result(timeout=max(0.0, started + seconds - time.monotonic()))
         except FutureTimeout:
-            seconds = self.env.settings.embedding.index_budget_seconds + ANSWER_GRACE_SECONDS
             reason = f"semantic search did not answer within the search's budget ({seconds:g}s)"
             logger.warning("%s", reason)
             return SemanticOutcome(status="unavailable", error=reason)

@@ -380,10 +380,15 @@ class IndexStore:
         return {(r[0], r[1], r[2]): r[3] for r in rows}
 
     def skipped_message_ids(self, fingerprint: str, session_ids: Sequence[str]) -> set[int]:
+        return self._message_ids("skipped", fingerprint, session_ids)
+
+    def _message_ids(self, table: str, fingerprint: str, session_ids: Sequence[str]) -> set[int]:
+        """The message ids one model has rows for in ``table`` (``chunks`` or ``skipped``, a
+        constant of this module, never input) among these sessions."""
         if self.conn is None:
             return set()
         rows = self.conn.execute(
-            "SELECT DISTINCT message_id FROM skipped "
+            f"SELECT DISTINCT message_id FROM {table} "
             "WHERE model_fingerprint = ? AND session_id IN (SELECT value FROM json_each(?))",
             (fingerprint, json.dumps(list(session_ids))),
         )
@@ -413,14 +418,7 @@ class IndexStore:
             ).fetchall()
 
     def indexed_message_ids(self, fingerprint: str, session_ids: Sequence[str]) -> set[int]:
-        if self.conn is None:
-            return set()
-        rows = self.conn.execute(
-            "SELECT DISTINCT message_id FROM chunks "
-            "WHERE model_fingerprint = ? AND session_id IN (SELECT value FROM json_each(?))",
-            (fingerprint, json.dumps(list(session_ids))),
-        )
-        return {r[0] for r in rows}
+        return self._message_ids("chunks", fingerprint, session_ids)
 
     def model_width(self, fingerprint: str) -> int | None:
         """The vector width recorded for a model when its first vectors were written."""
