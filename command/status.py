@@ -28,8 +28,10 @@ class ProjectStatus:
     @property
     def state(self) -> str:
         """What semantic search can do for this project: never "ready" for less than all of it."""
-        if self.gate != "ok" or self.indexed is None:
+        if self.gate != "ok":
             return self.gate
+        if self.indexed is None:  # allowed, but the index cannot be read: the line above says why
+            return "unavailable"
         if self.indexed == self.messages:
             return "ready"
         if self.indexed + self.skipped == self.messages:
