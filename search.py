@@ -312,6 +312,46 @@ def clears_floor(row: dict[str, Any], floor: float) -> bool:
     return floor <= 0 or row.get("lift") is None or row["lift"] >= floor
 
 
+# How much a conversation's strength (with_strength) adds to its RRF score: enough to reorder
+# neighbours (adjacent RRF ranks differ by 0.02-0.04), not to lift a conversation from the tail.
+STRENGTH_WEIGHT = 0.05
+# Strength counted at most this many times what the query needs / the floor: past it, a match is
+# simply strong, and one path cannot outvote the other's ranking on its own.
+STRENGTH_CAP = 3.0
+
+
+def strength(evidence: float | None, needed: float, lift: float | None, floor: float) -> float:
+    """A conversation's strength on both paths: the mean of its keyword evidence over the evidence
+    the query needs (:func:`keyword_evidence`) and its semantic lift over the relevance floor, each
+    capped at :data:`STRENGTH_CAP`; a path that did not find it (or cannot judge) adds 0. The same
+    two measures as :func:`relevance`, averaged rather than maxed: agreement counts."""
+    words = min(STRENGTH_CAP, evidence / needed) if evidence is not None and needed > 0 else 0.0
+    meaning = min(STRENGTH_CAP, max(0.0, lift) / floor) if lift is not None and floor > 0 else 0.0
+    return (max(0.0, words) + meaning) / 2
+
+
+def with_strength(
+    fused: list[dict[str, Any]],
+    words: Mapping[str, float | None],
+    meaning: Mapping[str, float | None],
+    needed: float,
+    floor: float,
+) -> list[dict[str, Any]]:
+    """Fused rows reordered by their RRF score plus :data:`STRENGTH_WEIGHT` times their
+    conversation's :func:`strength` (``words``/``meaning``: :func:`evidence_by_conversation`).
+
+    RRF sees only ranks, so a conversation that both paths find with a wide margin and one they
+    barely find weigh the same at the same ranks; the strength lets the margin count
+    (docs/benchmarks.md, "Why each default").
+    """
+
+    def score(row: dict[str, Any]) -> float:
+        group = _conversation(row)
+        return row["score"] + STRENGTH_WEIGHT * strength(words.get(group), needed, meaning.get(group), floor)
+
+    return sorted(fused, key=lambda row: -score(row))  # stable: ties keep the RRF order
+
+
 # A keyword winner this much stronger than the runner-up stays first whatever semantic says.
 CLEAR_WINNER_RATIO = 1.2
 # ... and so does one whose evidence is this many times what the query needs (keyword_evidence):
@@ -576,6 +616,8 @@ class _Search:
         )
         # The floor is calibrated on word-tokenised bm25; CJK queries (trigram/LIKE) skip it.
         floor, terms = relevance_floor(embedding), len(question.plan.topical())
+        words, meaning = evidence_by_conversation(found.keyword, found.semantic_rows)
+        ranked = with_strength(ranked, words, meaning, keyword_evidence(terms), floor)
         ranked = keep_clear_keyword_winner(ranked, found.keyword, keyword_evidence(terms))
         if question.plan.has_cjk or has_evidence(found.keyword, found.semantic_rows, floor, terms):
             return ranked, False

@@ -161,9 +161,15 @@ class Replay:
             ranked = fuse(
                 keyword, semantic_rows, embedding.rrf_k, embedding.keyword_weight, embedding.semantic_weight
             )
-            ranked = (hooks.clear_winner or S.keep_clear_keyword_winner)(ranked, keyword)
             floor = self.config_schema.relevance_floor(embedding)
             terms = getattr(keyword, "terms", None) or len(plan.topical())
+            if hasattr(S, "with_strength"):  # as _Search.rank: the margins, then keyword's clear winner
+                needed = S.keyword_evidence(terms)
+                words, meaning = S.evidence_by_conversation(keyword, semantic_rows)
+                ranked = S.with_strength(ranked, words, meaning, needed, floor)
+                ranked = (hooks.clear_winner or S.keep_clear_keyword_winner)(ranked, keyword, needed)
+            else:
+                ranked = (hooks.clear_winner or S.keep_clear_keyword_winner)(ranked, keyword)
             evidence = hooks.has_evidence or S.has_evidence
             judged = getattr(keyword, "evidence_rows", None) or keyword
             judged_semantic = semantic_evidence or semantic_rows
@@ -501,7 +507,7 @@ def _no_common(replay: Replay, arg: str) -> Hooks:
 @variant("noclear")
 def _noclear(replay: Replay, arg: str) -> Hooks:
     """Without keep_clear_keyword_winner."""
-    return Hooks(clear_winner=lambda fused, keyword: fused, modes=("hybrid",))
+    return Hooks(clear_winner=lambda fused, keyword, *_: fused, modes=("hybrid",))
 
 
 @variant("floor_union")

@@ -111,3 +111,28 @@ def test_recent_conversations_keep_whole_conversations_newest_first(phr):
     assert recent(scope, 3) == {"s1": "c1", "s3": "c1", "s4": "c3", "s5": "c4", "s6": "c4"}
     assert recent(scope, 10) == scope
     assert recent({}, 5) == {}
+
+
+def test_strength_averages_both_paths_each_capped(search):
+    cap = search.STRENGTH_CAP
+    assert search.strength(20.0, 10.0, 0.44, 0.22) == pytest.approx((2.0 + 2.0) / 2)
+    assert search.strength(1000.0, 10.0, None, 0.22) == pytest.approx(cap / 2)  # one path, capped
+    assert search.strength(None, 10.0, -0.3, 0.22) == 0.0  # below the background: nothing
+    assert search.strength(None, 10.0, None, 0.22) == 0.0
+
+
+def test_a_wide_margin_reorders_rrf_neighbours_not_the_tail(search):
+    keyword = rows(("A", 1), ("B", 2), ("C", 3))
+    semantic = rows(("B", 4), ("A", 5))
+    fused = search.fuse_rankings(keyword, semantic, k=5, keyword_weight=1.5, semantic_weight=1.0)
+    assert [r["session_id"] for r in fused][:2] == ["A", "B"]  # RRF: A 1.5/6 + 1/7 > B 1.5/7 + 1/6
+    # B matches the question far better on both paths: the margin counts.
+    words = {"A": 10.0, "B": 30.0, "C": 9.0}
+    meaning = {"A": 0.22, "B": 0.66}
+    strong = search.with_strength(fused, words, meaning, needed=10.0, floor=0.22)
+    assert [r["session_id"] for r in strong] == ["B", "A", "C"]
+    # A conversation only one path found weakly stays behind, however strong the others are.
+    assert strong[-1]["session_id"] == "C"
+    # Equal strengths: the RRF order stands.
+    even = search.with_strength(fused, dict.fromkeys("ABC", 10.0), {}, needed=10.0, floor=0.22)
+    assert [r["session_id"] for r in even] == [r["session_id"] for r in fused]
