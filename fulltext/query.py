@@ -319,6 +319,14 @@ class KeywordQuery:
     def pairs(self) -> list[str]:
         return [t.text for t in self.terms if t.kind == "pair"]
 
+    def every_word(self) -> str | None:
+        """The FTS5 query for messages holding every term (an identifier's phrase and its parts
+        too): the OR ranking's terms ANDed. None unless every term is on ``messages_fts`` and there
+        are two or more (one: the ranking is already that)."""
+        if len(self.terms) < 2 or any(t.table != "messages_fts" for t in self.terms):
+            return None
+        return " AND ".join(t.fts for t in self.terms)
+
     @property
     def latin_words(self) -> list[str]:
         """The question's Latin words of three characters or more, as written (for a substring

@@ -44,6 +44,11 @@ COMMON_MIN_CONVERSATIONS = 10
 COMMON_RECENT_CONVERSATIONS = 200
 
 
+# A project of more conversations than this ranks a question by the messages holding all its
+# words first (ranked_messages): the same bound as a large project for common words.
+EVERY_WORD_FIRST_ABOVE = COMMON_RECENT_CONVERSATIONS
+
+
 def recent_conversations(in_scope: Mapping[str, str], count: int) -> dict[str, str]:
     """The part of ``in_scope`` (oldest session first, as :class:`projects.ProjectMap` orders it)
     that belongs to its ``count`` most recent conversations."""
@@ -201,6 +206,14 @@ def ranked_messages(
     match (:func:`only_in_text`). An FTS error of any kind falls back to LIKE: a search never
     fails because of its query.
 
+    In a project of more than :data:`EVERY_WORD_FIRST_ABOVE` conversations, when
+    ``want_sessions`` of them or more have a message holding every word of the question
+    (:meth:`KeywordQuery.every_word`, one AND query), those messages alone rank: their bm25 is the
+    OR ranking's for the same rows, and the OR query would score every message that has any of the
+    words (half a large project for a few common words), where the AND seeks through the rarer
+    words' lists as Hermes's own search does. A smaller project keeps every match's evidence
+    (docs/benchmarks.md).
+
     When fewer than ``want_sessions`` conversations match, conversations found only by the
     ``leave_out`` words follow, ranked among themselves (as before common words were left out,
     so recall at 10 is kept). When the question mixes CJK and Latin words, or still too few
@@ -273,10 +286,36 @@ def ranked_messages(
                 logger.debug("FTS query %r failed (%s); using LIKE", match, error)
         add(tier, like([t.text for t in terms]), bm25=False, new_only=new_only, like_terms=len(terms))
 
+    def search_every_word() -> bool:
+        """Rank by the messages holding every word, when ``want_sessions`` conversations have one."""
+        match = query.every_word()
+        if match is None or not schema.fts_columns or len(set(in_scope.values())) <= EVERY_WORD_FIRST_ABOVE:
+            return False
+        try:
+            rows = reader.fts_messages(
+                "messages_fts",
+                match,
+                in_scope,
+                SCAN_LIMIT,
+                per_session=RANKED_PER_SESSION,
+                with_content=False,
+            )
+        except sqlite3.OperationalError as error:
+            if reader.out_of_time:
+                raise
+            logger.debug("FTS query %r failed (%s); ranking by any word", match, error)
+            return False
+        add(main, _checked(reader, rows, query.terms), bm25=True, new_only=False)
+        if len(conversations()) >= want_sessions:
+            return True
+        main.clear()  # too few: the OR ranking below, as if this had not been asked
+        return False
+
     try:  # each step adds to the tiers; at the deadline the ranking keeps what they hold
+        together = search_every_word()
         for table in ("messages_fts", "messages_fts_trigram"):
             terms = [t for t in query.terms if t.table == table]
-            if terms:
+            if terms and not together:
                 search(table, terms)
         if query.pairs and main:
             for message_id, count in reader.containing(main, query.pairs).items():

@@ -838,6 +838,30 @@ def test_a_conversation_that_keeps_coming_back_to_the_words_ranks_first(world, p
     assert session_ids(world.search(now, "zookeeper walrus", limit=2)) == [once, often]
 
 
+def test_a_large_project_ranks_by_the_messages_holding_every_word_when_enough_do(world, plugin, monkeypatch):
+    rank = plugin.fulltext.rank
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    once = world.session(repo, [("user", "zookeeper walrus"), ("assistant", "some other words")])
+    often = world.session(
+        repo,
+        [
+            ("user", "the zookeeper and the walrus, again today"),
+            ("assistant", "the walrus is fine"),
+            ("user", "ask the zookeeper tomorrow"),
+            ("assistant", "the walrus pool needs cleaning"),
+        ],
+    )
+    partial = world.session(repo, [("user", "walrus walrus walrus"), ("assistant", "walrus")])
+    now = world.session(repo)
+    assert session_ids(world.search(now, "zookeeper walrus", limit=3)) == [often, once, partial]
+    monkeypatch.setattr(rank, "EVERY_WORD_FIRST_ABOVE", 2)  # three conversations: a large project
+    # Two conversations hold both words, as many as asked for: their messages with both rank alone.
+    assert session_ids(world.search(now, "zookeeper walrus", limit=2)) == [once, often]
+    # Three asked for, two found so: the OR ranking, every match's evidence, as above.
+    assert session_ids(world.search(now, "zookeeper walrus", limit=3)) == [often, once, partial]
+
+
 def test_a_date_in_the_query_brings_that_days_sessions_first(world):
     import datetime
 

@@ -285,3 +285,19 @@ def test_any_question_ranks_by_quoted_terms_of_their_kind(phr, text):
     for table in ("messages_fts", "messages_fts_trigram"):
         parts = [p for p in query.match(table).split(" OR ") if p]
         assert len(parts) == sum(1 for t in query.terms if t.table == table)
+
+
+@pytest.mark.parametrize(
+    ("question", "every_word"),
+    [
+        ("how did we fix the login timeout", '"fix" AND "login"* AND "timeout"*'),
+        ("why retry_after broke", '"retry after" AND "retry"* AND "broke"*'),  # an identifier: all of it
+        ("deploy", None),  # one term: the ranking is already that
+        ("把 UserService 的缓存", None),  # CJK: the trigram table, not one AND query
+    ],
+)
+def test_every_word_ands_the_or_rankings_terms(q, question, every_word):
+    query = q.keyword_terms(q.plan_query(question))
+    assert query.every_word() == every_word
+    if every_word:  # the same phrases as the OR ranking: the same bm25 for the rows both match
+        assert every_word.split(" AND ") == query.match("messages_fts").split(" OR ")
