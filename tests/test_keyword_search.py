@@ -817,8 +817,8 @@ def test_relaxed_query_finds_other_inflections_of_its_words(world):
     assert session_ids(world.search(now, '"painted fences"')) == []
 
 
-def test_a_conversation_that_keeps_coming_back_to_the_words_ranks_first(world, plugin, monkeypatch):
-    rank = plugin.fulltext.rank
+def zookeeper_project(world) -> tuple[str, str, str]:
+    """(once, often, repo): one conversation says both words once, the other keeps coming back."""
     repo = world.folder("alpha")
     world.project("Alpha", repo)
     once = world.session(repo, [("user", "zookeeper walrus"), ("assistant", "some other words")])
@@ -831,6 +831,12 @@ def test_a_conversation_that_keeps_coming_back_to_the_words_ranks_first(world, p
             ("assistant", "the walrus pool needs cleaning"),
         ],
     )
+    return once, often, repo
+
+
+def test_a_conversation_that_keeps_coming_back_to_the_words_ranks_first(world, plugin, monkeypatch):
+    rank = plugin.fulltext.rank
+    once, often, repo = zookeeper_project(world)
     now = world.session(repo)
     # The best single message is the short one; the conversation's other matches add up.
     assert session_ids(world.search(now, "zookeeper walrus", limit=2)) == [often, once]
@@ -840,18 +846,7 @@ def test_a_conversation_that_keeps_coming_back_to_the_words_ranks_first(world, p
 
 def test_a_large_project_ranks_by_the_messages_holding_every_word_when_enough_do(world, plugin, monkeypatch):
     rank = plugin.fulltext.rank
-    repo = world.folder("alpha")
-    world.project("Alpha", repo)
-    once = world.session(repo, [("user", "zookeeper walrus"), ("assistant", "some other words")])
-    often = world.session(
-        repo,
-        [
-            ("user", "the zookeeper and the walrus, again today"),
-            ("assistant", "the walrus is fine"),
-            ("user", "ask the zookeeper tomorrow"),
-            ("assistant", "the walrus pool needs cleaning"),
-        ],
-    )
+    once, often, repo = zookeeper_project(world)
     partial = world.session(repo, [("user", "walrus walrus walrus"), ("assistant", "walrus")])
     now = world.session(repo)
     assert session_ids(world.search(now, "zookeeper walrus", limit=3)) == [often, once, partial]
