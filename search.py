@@ -17,6 +17,7 @@ from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from .config_schema import relevance_floor
@@ -235,14 +236,20 @@ def relevance(evidence: float | None, needed: float, lift: float | None, floor: 
     The stronger of the two sides counts: keyword evidence (its conversation's bm25) over the
     evidence the query needs (:func:`keyword_evidence`), and the semantic lift over the model's
     floor. None when neither side can be judged (only LIKE matches; no semantic background)."""
-    parts = []
-    if evidence is not None and needed > 0:
-        parts.append(evidence / needed)
-    if lift is not None and floor > 0:
-        parts.append(lift / floor)
+    parts = [part for part in _over_what_counts(evidence, needed, lift, floor) if part is not None]
     if not parts:
         return None
     return round(min(1.0, max(0.0, max(parts) / 2)), 2)
+
+
+def _over_what_counts(
+    evidence: float | None, needed: float, lift: float | None, floor: float
+) -> tuple[float | None, float | None]:
+    """Keyword evidence over what the query needs, semantic lift over the floor (None: that side
+    cannot judge): what :func:`relevance` and :func:`strength` read."""
+    words = evidence / needed if evidence is not None and needed > 0 else None
+    meaning = lift / floor if lift is not None and floor > 0 else None
+    return words, meaning
 
 
 def evidence_by_conversation(
@@ -325,9 +332,8 @@ def strength(evidence: float | None, needed: float, lift: float | None, floor: f
     the query needs (:func:`keyword_evidence`) and its semantic lift over the relevance floor, each
     capped at :data:`STRENGTH_CAP`; a path that did not find it (or cannot judge) adds 0. The same
     two measures as :func:`relevance`, averaged rather than maxed: agreement counts."""
-    words = min(STRENGTH_CAP, evidence / needed) if evidence is not None and needed > 0 else 0.0
-    meaning = min(STRENGTH_CAP, max(0.0, lift) / floor) if lift is not None and floor > 0 else 0.0
-    return (max(0.0, words) + meaning) / 2
+    parts = _over_what_counts(evidence, needed, lift, floor)
+    return sum(min(STRENGTH_CAP, max(0.0, part)) for part in parts if part is not None) / 2
 
 
 def with_strength(
@@ -531,6 +537,11 @@ class Found:
     semantic_rows: list[dict[str, Any]] = field(default_factory=list)  # in scope, with their conversation
     fallback: bool = False  # semantic mode answered with keyword results
 
+    @cached_property
+    def evidence(self) -> tuple[dict[str, float | None], dict[str, float | None]]:
+        """:func:`evidence_by_conversation` of the final rows, once for ranking and relevance."""
+        return evidence_by_conversation(self.keyword, self.semantic_rows)
+
 
 class _Search:
     """One search of one scope: the call's databases, the process's memory, and the steps."""
@@ -616,9 +627,9 @@ class _Search:
         )
         # The floor is calibrated on word-tokenised bm25; CJK queries (trigram/LIKE) skip it.
         floor, terms = relevance_floor(embedding), len(question.plan.topical())
-        words, meaning = evidence_by_conversation(found.keyword, found.semantic_rows)
-        ranked = with_strength(ranked, words, meaning, keyword_evidence(terms), floor)
-        ranked = keep_clear_keyword_winner(ranked, found.keyword, keyword_evidence(terms))
+        needed = keyword_evidence(terms)
+        ranked = with_strength(ranked, *found.evidence, needed, floor)
+        ranked = keep_clear_keyword_winner(ranked, found.keyword, needed)
         if question.plan.has_cjk or has_evidence(found.keyword, found.semantic_rows, floor, terms):
             return ranked, False
         if question.common and self.evidence_as_asked(question, floor, terms):
@@ -652,7 +663,7 @@ class _Search:
             ]
         titles = self.db.titles({id_ for row in best for id_ in (row["session_id"], _conversation(row))})
         framing = found.semantic.framing
-        words, meaning = evidence_by_conversation(found.keyword, found.semantic_rows)
+        words, meaning = found.evidence
         floor = relevance_floor(self.env.settings.embedding)
         needed = keyword_evidence(len(question.plan.topical()))
 

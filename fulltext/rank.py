@@ -267,45 +267,37 @@ def ranked_messages(
     def like(texts: Sequence[str]) -> list[dict[str, Any]]:
         return reader.like_messages(list(texts), list(in_scope), False, SCAN_LIMIT)
 
+    def fts(table: str, match: str, terms: Sequence[KeywordTerm]) -> list[dict[str, Any]] | None:
+        """The best rows of ``match`` whose match is in their text; None when FTS5 refuses the
+        query (the deadline is raised)."""
+        try:
+            rows = reader.fts_messages(
+                table, match, in_scope, SCAN_LIMIT, per_session=RANKED_PER_SESSION, with_content=False
+            )
+        except sqlite3.OperationalError as error:
+            if reader.out_of_time:
+                raise
+            logger.debug("FTS query %r failed (%s)", match, error)
+            return None
+        return _checked(reader, rows, terms)
+
     def search(
         table: str, terms: Sequence[KeywordTerm], tier: dict | None = None, new_only: bool = False
     ) -> None:
         tier = main if tier is None else tier
-        match = " OR ".join(t.fts for t in terms)
         usable = schema.has_trigram if table == "messages_fts_trigram" else bool(schema.fts_columns)
-        if usable:
-            try:
-                rows = reader.fts_messages(
-                    table, match, in_scope, SCAN_LIMIT, per_session=RANKED_PER_SESSION, with_content=False
-                )
-                add(tier, _checked(reader, rows, terms), bm25=True, new_only=new_only)
-                return
-            except sqlite3.OperationalError as error:
-                if reader.out_of_time:
-                    raise
-                logger.debug("FTS query %r failed (%s); using LIKE", match, error)
-        add(tier, like([t.text for t in terms]), bm25=False, new_only=new_only, like_terms=len(terms))
+        rows = fts(table, " OR ".join(t.fts for t in terms), terms) if usable else None
+        if rows is not None:
+            add(tier, rows, bm25=True, new_only=new_only)
+        else:  # LIKE: what FTS cannot read
+            add(tier, like([t.text for t in terms]), bm25=False, new_only=new_only, like_terms=len(terms))
 
     def search_every_word() -> bool:
         """Rank by the messages holding every word, when ``want_sessions`` conversations have one."""
         match = query.every_word()
         if match is None or not schema.fts_columns or len(set(in_scope.values())) <= EVERY_WORD_FIRST_ABOVE:
             return False
-        try:
-            rows = reader.fts_messages(
-                "messages_fts",
-                match,
-                in_scope,
-                SCAN_LIMIT,
-                per_session=RANKED_PER_SESSION,
-                with_content=False,
-            )
-        except sqlite3.OperationalError as error:
-            if reader.out_of_time:
-                raise
-            logger.debug("FTS query %r failed (%s); ranking by any word", match, error)
-            return False
-        add(main, _checked(reader, rows, query.terms), bm25=True, new_only=False)
+        add(main, fts("messages_fts", match, query.terms) or [], bm25=True, new_only=False)
         if len(conversations()) >= want_sessions:
             return True
         main.clear()  # too few: the OR ranking below, as if this had not been asked
