@@ -121,17 +121,21 @@ def rank_by_conversation(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
     grouped: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         grouped.setdefault(row["conversation"], []).append(row)
-    ranked: list[dict[str, Any]] = []
+    conversations = []
     for members in grouped.values():
-        total = conversation_score([row["score"] for row in members])
+        if len(members) > 1:  # most conversations of a large scope have one matching message
+            members.sort(key=lambda row: (-row["score"], row["message_id"]))
         bm25 = [row["bm25"] for row in members if row.get("bm25") is not None]
-        evidence = conversation_score(bm25) if bm25 else None
-        members.sort(key=lambda row: (-row["score"], row["message_id"]))
-        ranked.extend({**row, "conversation_score": total, "evidence": evidence} for row in members)
-    best_message = {members[0]["conversation"]: members[0]["message_id"] for members in grouped.values()}
-    # Stable: each conversation's rows stay together, best first.
-    ranked.sort(key=lambda row: (-row["conversation_score"], best_message[row["conversation"]]))
-    return ranked
+        total = conversation_score([row["score"] for row in members])
+        conversations.append(
+            (-total, members[0]["message_id"], total, conversation_score(bm25) if bm25 else None, members)
+        )
+    conversations.sort(key=lambda c: (c[0], c[1]))
+    return [
+        {**row, "conversation_score": total, "evidence": evidence}
+        for _, _, total, evidence, members in conversations
+        for row in members
+    ]
 
 
 def only_in_text(terms: Sequence[KeywordTerm], text: str, meta: str) -> float:
