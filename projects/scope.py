@@ -52,7 +52,8 @@ class Scope:
     identity: dict[str, Any]
     current: dict[str, Any]
     session_ids: list[str]  # the other sessions of the project: what may be returned
-    conversation_of: dict[str, str] = field(default_factory=dict)  # session -> its conversation
+    #: session -> its conversation; shared with the process's snapshot: read, never change it
+    conversation_of: dict[str, str] = field(default_factory=dict)
     pending: int = 0  # sessions left out because git has not answered for their folder yet
     folders: list[str] = field(default_factory=list)  # the project's folders now (consent's coverage)
     #: ``state.db``'s data_version token, read before anything else of this call: while it is
@@ -91,6 +92,9 @@ class Snapshot:
     links: list[tuple] = field(default_factory=list)  # the session rows it was made from
     #: session -> the profile it was recorded under; rows without one belong to the home's own
     profiles: dict[str, str] = field(default_factory=dict)
+    #: (scope key, profile, current conversation) -> that scope's sessions and their conversations,
+    #: made once per state of the sessions (a snapshot renewed for new messages keeps it)
+    scopes: dict[tuple, dict[str, str]] = field(default_factory=dict)
 
 
 class DataWatch:
@@ -147,6 +151,8 @@ class HomeState:
         self.index: attribution.FolderIndex | None = None
         self.excluded: attribution.ExcludedRoots | None = None
         self.identities: dict[Triple, dict[str, Any]] = {}
+        # Each project's folders as projects.db records them (what consent covered), by id.
+        self.folders: dict[str, list[str]] = {}
         self.triples_key: tuple | None = None
         self.triples: dict[tuple[str, str], Triple] = {}
 
@@ -209,15 +215,19 @@ class ProjectMap:
         if home.inputs_key == key and home.index is not None:
             return
         real = self.probe.real
+        recorded = {
+            str(project.get("id")): [
+                str(folder.get("path") if isinstance(folder, dict) else folder)
+                for folder in project.get("folders") or []
+            ]
+            for project in self.db.projects()
+        }
         projects = [
             {
                 "id": project.get("id"),
                 "name": project.get("name"),
                 "archived": project.get("archived"),
-                "folders": [
-                    real(folder.get("path") if isinstance(folder, dict) else folder)
-                    for folder in project.get("folders") or []
-                ],
+                "folders": [real(folder) for folder in recorded[str(project.get("id"))]],
             }
             for project in self.db.projects()
         ]
@@ -228,6 +238,7 @@ class ProjectMap:
             home.identities = {}
             home.inputs_fingerprint = fingerprint
         home.index = attribution.FolderIndex(projects)
+        home.folders = recorded
         home.excluded = attribution.ExcludedRoots(roots=excluded_roots, trees=excluded_trees)
         home.inputs_key = key
 
@@ -413,13 +424,17 @@ class ProjectMap:
         # profile_name): the current conversation's profile is the scope's, as Hermes keeps one
         # database per profile otherwise.
         profile = snap.profiles.get(current["id"], self.db.env.profile)
-        conversation_of = {
-            sid: conversation
-            for sid, conversation in snap.members.get(attribution.scope_key(identity), {}).items()
-            if snap.profiles.get(sid) == profile
-        }
-        for sid in snap.chains.get(own, ()):
-            conversation_of.pop(sid, None)
+        key = attribution.scope_key(identity)
+        conversation_of = snap.scopes.get((key, profile, own))
+        if conversation_of is None:
+            conversation_of = {
+                sid: conversation
+                for sid, conversation in snap.members.get(key, {}).items()
+                if snap.profiles.get(sid) == profile
+            }
+            for sid in snap.chains.get(own, ()):
+                conversation_of.pop(sid, None)
+            snap.scopes[(key, profile, own)] = conversation_of  # read-only from here on
         return Scope(
             identity=identity,
             current=current,
@@ -437,11 +452,9 @@ class ProjectMap:
             return [str(identity.get("key"))]
         if identity.get("kind") != "explicit":
             return []
-        project = self.db.project(str(identity.get("id"))) or {}
-        return [
-            str(folder.get("path") if isinstance(folder, dict) else folder)
-            for folder in project.get("folders") or []
-        ]
+        with self.home.lock:  # read with the inputs, once per change of projects.db
+            self._refresh_inputs(self.home.projects_watch.token(), self.probe.facts_epoch())
+            return list(self.home.folders.get(str(identity.get("id")), ()))
 
     def groups(self) -> list[dict[str, Any]]:
         """Every project that has conversations of this home's profile: its identity, its session
