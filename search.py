@@ -29,6 +29,7 @@ from .fulltext import (
     keyword_messages,
     keyword_terms,
     plan_query,
+    sole_holder,
     without_words,
 )
 from .fulltext.query import MAX_KEYWORD_TERMS, MAX_QUERY_CHARS, MAX_TERMS
@@ -367,10 +368,15 @@ STRONG_WINNER_EVIDENCE = 5.0
 
 
 def keep_clear_keyword_winner(
-    fused: list[dict[str, Any]], keyword: Sequence[dict[str, Any]], needed: float | None = None
+    fused: list[dict[str, Any]],
+    keyword: Sequence[dict[str, Any]],
+    needed: float | None = None,
+    alone: str | None = None,
 ) -> list[dict[str, Any]]:
     """Hybrid's first result is keyword's first conversation when its bm25 beats the second's by
-    20 %, or reaches :data:`STRONG_WINNER_EVIDENCE` times ``needed``, the evidence the query needs.
+    20 %, reaches :data:`STRONG_WINNER_EVIDENCE` times ``needed``, the evidence the query needs,
+    or when it is ``alone``: the only conversation holding the question's exact phrases
+    (``fulltext.sole_holder``).
 
     RRF sees only ranks: a conversation that keyword ranks second and semantic first overtakes
     keyword's first however far ahead its words put it (docs/benchmarks.md).
@@ -389,7 +395,7 @@ def keep_clear_keyword_winner(
     runner_up = rest[0][1] if rest else 0.0
     ahead = runner_up is not None and top >= CLEAR_WINNER_RATIO * runner_up
     strong = needed is not None and top >= STRONG_WINNER_EVIDENCE * needed
-    if not (ahead or strong):
+    if not (ahead or strong or winner == alone):
         return fused
     return [row for row in fused if _conversation(row) == winner] + [
         row for row in fused if _conversation(row) != winner
@@ -629,7 +635,9 @@ class _Search:
         floor, terms = relevance_floor(embedding), len(question.plan.topical())
         needed = keyword_evidence(terms)
         ranked = with_strength(ranked, *found.evidence, needed, floor)
-        ranked = keep_clear_keyword_winner(ranked, found.keyword, needed)
+        with self.reader.deadline(self.keyword_deadline):
+            alone = sole_holder(self.reader, question.plan, self.scope.conversation_of)
+        ranked = keep_clear_keyword_winner(ranked, found.keyword, needed, alone)
         if question.plan.has_cjk or has_evidence(found.keyword, found.semantic_rows, floor, terms):
             return ranked, False
         if question.common and self.evidence_as_asked(question, floor, terms):

@@ -5,7 +5,7 @@ its relaxed pass, neighbours and common words (``rank.py``)."""
 from __future__ import annotations
 
 from .query import QueryPlan, Term, clean_query, date_windows, keyword_terms, plan_query, without_words
-from .rank import common_words, keyword_messages
+from .rank import common_words, keyword_messages, sole_holder
 from .reader import FullTextReader, ScopeIdRegisters
 
 __all__ = [
@@ -19,5 +19,6 @@ __all__ = [
     "keyword_messages",
     "keyword_terms",
     "plan_query",
+    "sole_holder",
     "without_words",
 ]

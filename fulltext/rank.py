@@ -97,6 +97,31 @@ def common_words(reader: FullTextReader, plan: QueryPlan, in_scope: Mapping[str,
     return frozenset(common) if len(common) < len(words) else frozenset()
 
 
+def sole_holder(reader: FullTextReader, plan: QueryPlan, in_scope: Mapping[str, str]) -> str | None:
+    """The one conversation of the scope with a message holding every exact phrase of the question
+    (its identifiers' phrases, ``MEDIUM_VALUE_SIGNALS``, and the user's quoted phrases), or None:
+    when none or several do, when the question has no phrase, or when FTS cannot say in time.
+
+    An identifier is what a developer's question is most precise about: a configuration key or
+    an error code found in one conversation only names it, where its other words ("which value
+    did we pick") are everywhere. Hybrid keeps that conversation first when keyword ranks it
+    first too (``search.keep_clear_keyword_winner``; docs/benchmarks.md). One unranked FTS read
+    that stops at the second conversation (:meth:`FullTextReader.conversations_with`).
+    """
+    if plan.has_operators or not reader.schema.fts_columns:
+        return None
+    phrases = [t for t in keyword_terms(plan).terms if t.kind == "phrase" and t.table == "messages_fts"]
+    if not phrases:
+        return None
+    try:
+        found = reader.conversations_with("messages_fts", " AND ".join(t.fts for t in phrases), in_scope, 2)
+    except sqlite3.OperationalError:
+        if not reader.out_of_time:
+            logger.debug("phrase query failed", exc_info=True)
+        return None
+    return next(iter(found)) if len(found) == 1 else None
+
+
 def conversation_score(message_scores: Sequence[float]) -> float:
     """A conversation's keyword score from its matching messages' scores: the best one, plus the
     log of one plus the rest's sum.

@@ -56,7 +56,7 @@ class ScopeIds:
     """
 
     owner: dict[int, str]
-    answers: dict[tuple, bool] = field(default_factory=dict)
+    answers: dict[tuple, frozenset[str]] = field(default_factory=dict)
     low: int = 0  # the smallest and largest id of the scope: FTS5 reads only that range
     high: int = 0
 
@@ -480,8 +480,16 @@ class FullTextReader:
         (grouping the rows per session in SQL instead was slower: it cannot stop early). The
         answer is kept with the scope until it gains a message (:class:`ScopeIds`).
         """
+        return len(self.conversations_with(table, match, in_scope, at_least)) >= at_least
+
+    def conversations_with(
+        self, table: str, match: str, in_scope: Mapping[str, str], enough: int
+    ) -> frozenset[str]:
+        """The conversations of ``in_scope`` with a live user/assistant message matching ``match``,
+        read until ``enough`` are found (so all of them when fewer); as :meth:`in_conversations`
+        reads them, and kept with the scope in the same way."""
         scope = self.scope_members(in_scope, load=True)
-        key = (table, match, at_least)
+        key = (table, match, enough)
         known = scope.answers.get(key)
         if known is not None:
             return known
@@ -508,7 +516,6 @@ class FullTextReader:
 
         cursor = self.conn.cursor()
         cursor.row_factory = None
-        answer = False
         try:
             cursor.execute(
                 f"SELECT f.rowid FROM {table} f WHERE {table} MATCH ? "
@@ -525,15 +532,14 @@ class FullTextReader:
                 batch[conversation] = message_id
                 if len(batch) >= 256:
                     check()
-                    if len(counted) >= at_least:
-                        answer = True
+                    if len(counted) >= enough:
                         break
-            while not answer and (batch or any(waiting.values())):
+            while len(counted) < enough and (batch or any(waiting.values())):
                 refill()  # rows that came after their conversation's last check
                 check()
-                answer = len(counted) >= at_least
         finally:
             cursor.close()
+        answer = frozenset(counted)
         scope.answers[key] = answer
         return answer
 

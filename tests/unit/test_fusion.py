@@ -67,6 +67,21 @@ def test_a_keyword_winner_far_past_what_the_query_needs_stays_first(search):
     assert [r["session_id"] for r in search.keep_clear_keyword_winner(fused, close)] == ["B", "A", "C"]
 
 
+def test_the_only_conversation_holding_the_questions_identifier_stays_first(search):
+    fused = rows(("B", 2), ("A", 1), ("C", 3))
+    close = scored(("A", 1, 16.4), ("B", 2, 15.7))  # "which value did we pick": everywhere
+    order = [r["session_id"] for r in search.keep_clear_keyword_winner(fused, close, needed=10.0, alone="A")]
+    assert order == ["A", "B", "C"]  # A alone holds MEDIUM_VALUE_SIGNALS, and keyword ranks it first
+    # Only keyword's first conversation is kept first: one that keyword ranks lower is left to RRF.
+    order = [r["session_id"] for r in search.keep_clear_keyword_winner(fused, close, needed=10.0, alone="B")]
+    assert order == ["B", "A", "C"]
+    order = [
+        r["session_id"]
+        for r in search.keep_clear_keyword_winner(rows(("C", 3), ("B", 2), ("A", 1)), close, 10.0, "B")
+    ]
+    assert order == ["C", "B", "A"]
+
+
 def test_relevance_floor_needs_one_strong_hit(search):
     weak_words = scored(("A", 1, search.KEYWORD_EVIDENCE - 1))
     strong_words = scored(("A", 1, search.KEYWORD_EVIDENCE))
