@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import json
 import os
 import shutil
@@ -228,8 +229,9 @@ def _build(home: Path, projects: list[Project]) -> dict[str, Any]:
 
 
 def _data_stamp(path: Path) -> list:
-    stat = path.stat()
-    return [str(path), stat.st_size, stat.st_mtime_ns]
+    """The data's path, size and content hash: a copy of the same file mounted anew (a new mtime)
+    keeps the home, its session ids and every index built over it."""
+    return [str(path), path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest()]
 
 
 def build_home(projects: list[Project], rebuild: bool = False) -> Built:
