@@ -215,12 +215,13 @@ class ProjectMap:
         if home.inputs_key == key and home.index is not None:
             return
         real = self.probe.real
+        listed = self.db.projects()
         recorded = {
             str(project.get("id")): [
                 str(folder.get("path") if isinstance(folder, dict) else folder)
                 for folder in project.get("folders") or []
             ]
-            for project in self.db.projects()
+            for project in listed
         }
         projects = [
             {
@@ -229,7 +230,7 @@ class ProjectMap:
                 "archived": project.get("archived"),
                 "folders": [real(folder) for folder in recorded[str(project.get("id"))]],
             }
-            for project in self.db.projects()
+            for project in listed
         ]
         excluded_roots = tuple(dict.fromkeys([*roots, *map(real, roots)]))
         excluded_trees = tuple(dict.fromkeys([*trees, *map(real, trees)]))

@@ -359,3 +359,40 @@ def test_semantic_mode_stops_at_the_floor_and_every_result_shows_its_relevance(p
     hybrid = project.search(project.current, "invoice export CSV", mode="hybrid", limit=3)
     assert session_ids(hybrid)[0] == project.invoices
     assert all(0.0 <= r["relevance"] <= 1.0 for r in hybrid["results"])
+
+
+def test_hybrid_keeps_first_the_only_conversation_holding_the_questions_identifier(
+    project, plugin, server, monkeypatch
+):
+    """Keyword ranks first, a little ahead, the one conversation holding MEDIUM_VALUE_SIGNALS;
+    semantic prefers another that talks of picking values. With semantic weighted up (a user's
+    setting) and no 20 % lead, RRF alone puts that other one first (``fulltext.sole_holder``)."""
+    enable_semantic(
+        plugin,
+        model="e5-small",
+        base_url=server.base_url,
+        input_type=True,
+        index_budget_seconds=60,
+        keyword_weight=1.0,
+        semantic_weight=2.0,
+    )
+    monkeypatch.setattr(plugin.search, "CLEAR_WINNER_RATIO", 10.0)
+    holder = project.session(
+        project.repo,
+        [
+            (
+                "assistant",
+                "Values from earlier:\nDB_HOST=db.internal\nMEDIUM_VALUE_SIGNALS=12\nLOG_LEVEL=debug",
+            )
+        ],
+    )
+    chooser = project.session(
+        project.repo,
+        [("user", "Which value did we pick for the medium signals? We picked twelve, after a long talk.")],
+    )
+    question = "Which value did we pick for MEDIUM_VALUE_SIGNALS earlier?"
+    assert session_ids(project.search(project.current, question, mode="keyword"))[:2] == [holder, chooser]
+    assert session_ids(project.search(project.current, question, mode="semantic"))[0] == chooser
+    assert session_ids(project.search(project.current, question, mode="hybrid"))[0] == holder
+    monkeypatch.setattr(plugin.search, "sole_holder", lambda *args: None)
+    assert session_ids(project.search(project.current, question, mode="hybrid"))[0] == chooser
