@@ -148,8 +148,13 @@ def rank_by_conversation(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
         grouped.setdefault(row["conversation"], []).append(row)
     conversations = []
     for members in grouped.values():
-        if len(members) > 1:  # most conversations of a large scope have one matching message
-            members.sort(key=lambda row: (-row["score"], row["message_id"]))
+        if len(members) == 1:  # most conversations of a large scope: their one message's scores
+            only = members[0]
+            conversations.append(
+                (-only["score"], only["message_id"], only["score"], only.get("bm25"), members)
+            )
+            continue
+        members.sort(key=lambda row: (-row["score"], row["message_id"]))
         bm25 = [row["bm25"] for row in members if row.get("bm25") is not None]
         total = conversation_score([row["score"] for row in members])
         conversations.append(
