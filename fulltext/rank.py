@@ -106,7 +106,8 @@ def sole_holder(reader: FullTextReader, plan: QueryPlan, in_scope: Mapping[str, 
     an error code found in one conversation only names it, where its other words ("which value
     did we pick") are everywhere. Hybrid keeps that conversation first when keyword ranks it
     first too (``search.keep_clear_keyword_winner``; docs/benchmarks.md). One unranked FTS read
-    that stops at the second conversation (:meth:`FullTextReader.conversations_with`).
+    that stops at the second conversation (:meth:`FullTextReader.conversations_with`), which loads
+    no scope for it: a fresh process's first search would pay that for one rare phrase.
     """
     if plan.has_operators or not reader.schema.fts_columns:
         return None
@@ -114,7 +115,8 @@ def sole_holder(reader: FullTextReader, plan: QueryPlan, in_scope: Mapping[str, 
     if not phrases:
         return None
     try:
-        found = reader.conversations_with("messages_fts", " AND ".join(t.fts for t in phrases), in_scope, 2)
+        match = " AND ".join(t.fts for t in phrases)
+        found = reader.conversations_with("messages_fts", match, in_scope, 2, load=False)
     except sqlite3.OperationalError:
         if not reader.out_of_time:
             logger.debug("phrase query failed", exc_info=True)

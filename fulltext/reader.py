@@ -483,12 +483,16 @@ class FullTextReader:
         return len(self.conversations_with(table, match, in_scope, at_least)) >= at_least
 
     def conversations_with(
-        self, table: str, match: str, in_scope: Mapping[str, str], enough: int
+        self, table: str, match: str, in_scope: Mapping[str, str], enough: int, load: bool = True
     ) -> frozenset[str]:
         """The conversations of ``in_scope`` with a live user/assistant message matching ``match``,
         read until ``enough`` are found (so all of them when fewer); as :meth:`in_conversations`
-        reads them, and kept with the scope in the same way."""
-        scope = self.scope_members(in_scope, load=True)
+        reads them, and kept with the scope in the same way. ``load=False``: a scope this process
+        has not loaded is not loaded for this (a rare phrase's matches are fewer than a large
+        scope's ids): its matches are joined to ``messages`` instead, and nothing is kept."""
+        scope = self.scope_members(in_scope, load=load)
+        if scope is None:
+            return self._conversations_joined(table, match, in_scope, enough)
         key = (table, match, enough)
         known = scope.answers.get(key)
         if known is not None:
@@ -542,6 +546,35 @@ class FullTextReader:
         answer = frozenset(counted)
         scope.answers[key] = answer
         return answer
+
+    def _conversations_joined(
+        self, table: str, match: str, in_scope: Mapping[str, str], enough: int
+    ) -> frozenset[str]:
+        """:meth:`conversations_with` for a scope not loaded: every match joined to ``messages``
+        (the FTS table outer), read until ``enough`` conversations are found."""
+        found: set[str] = set()
+        cursor = self.conn.cursor()
+        cursor.row_factory = None
+        try:
+            cursor.execute(
+                f"""
+                SELECT m.session_id FROM {table} f
+                CROSS JOIN messages m ON m.id = f.rowid
+                WHERE {table} MATCH ?
+                  AND m.role IN ('user', 'assistant')
+                  AND {self.schema.live_message_sql}
+                  AND {_HAS_TEXT_SQL}
+                  AND {_SCOPE_SQL}
+                """,
+                (self._text_match(table, match), json.dumps(list(in_scope))),
+            )
+            for (session_id,) in cursor:
+                found.add(in_scope[session_id])
+                if len(found) >= enough:
+                    break
+        finally:
+            cursor.close()
+        return frozenset(found)
 
     def like_messages(
         self,

@@ -1115,7 +1115,8 @@ def test_counting_conversations_that_have_a_word_is_exact(world, plugin, hermes_
 
 def test_the_sole_holder_of_a_questions_identifiers_is_named_only_when_alone(world, plugin, hermes_db):
     """fulltext.sole_holder: the one conversation with a message holding every identifier phrase of
-    the question, read as the ranking reads text (live user/assistant rows, the scope only)."""
+    the question, read as the ranking reads text (live user/assistant rows, the scope only), the
+    same whether the process has the scope's ids (a later search) or not (its first: joined)."""
     repo, other = world.folder("alpha"), world.folder("beta")
     world.project("Alpha", repo)
     world.project("Beta", other)
@@ -1127,17 +1128,24 @@ def test_the_sole_holder_of_a_questions_identifiers_is_named_only_when_alone(wor
     (gone,) = world.add(rewound, [("user", "MEDIUM_VALUE_SIGNALS=7 and GH_TOKEN")])
     world.db.rewind_to_message(rewound, gone)
     world.session(other, [("user", "MEDIUM_VALUE_SIGNALS elsewhere, GH_TOKEN too")])
-    in_scope = {sid: sid for sid in (holder, parts, tool_only, rewound)}
-    sole, plan = plugin.fulltext.sole_holder, plugin.fulltext.plan_query
-    with full_text(plugin) as db:
-        assert sole(db, plan("Which value did we pick for MEDIUM_VALUE_SIGNALS earlier?"), in_scope) == holder
-        assert sole(db, plan("MEDIUM_VALUE_SIGNALS and GH_TOKEN"), in_scope) is None  # no message holds both
-        assert sole(db, plan("which medium value signals"), in_scope) is None  # no identifier asked
     again = world.session(repo, [("user", "MEDIUM_VALUE_SIGNALS is 12, as agreed")])
-    with full_text(plugin) as db:  # two conversations hold it: it names neither
-        assert sole(db, plan("MEDIUM_VALUE_SIGNALS?"), {**in_scope, again: again}) is None
-        chain = {holder: holder, again: holder, parts: parts}  # again continues holder's conversation
-        assert sole(db, plan("MEDIUM_VALUE_SIGNALS?"), chain) == holder
+    in_scope = {sid: sid for sid in (holder, parts, tool_only, rewound)}
+    chain = {holder: holder, again: holder, parts: parts}  # again continues holder's conversation
+    scopes = [in_scope, {**in_scope, again: again}, chain]
+    sole, plan = plugin.fulltext.sole_holder, plugin.fulltext.plan_query
+    for loaded in (False, True):  # a scope's first search joins; the next loads its ids
+        with full_text(plugin) as db:
+            assert all((db.scope_members(scope) is not None) == loaded for scope in scopes)
+            assert (
+                sole(db, plan("Which value did we pick for MEDIUM_VALUE_SIGNALS earlier?"), in_scope)
+                == holder
+            )
+            assert (
+                sole(db, plan("MEDIUM_VALUE_SIGNALS and GH_TOKEN"), in_scope) is None
+            )  # no message has both
+            assert sole(db, plan("which medium value signals"), in_scope) is None  # no identifier asked
+            assert sole(db, plan("MEDIUM_VALUE_SIGNALS?"), scopes[1]) is None  # two conversations hold it
+            assert sole(db, plan("MEDIUM_VALUE_SIGNALS?"), chain) == holder
 
 
 def test_a_large_scope_judges_common_words_by_its_recent_conversations(world, plugin, hermes_db, monkeypatch):
