@@ -375,18 +375,9 @@ class FullTextReader:
         best first; ``wanted()``: how many more rows the reader would keep now (a block is read
         no larger, and no smaller than the first)."""
         if members is None:
+            columns = f"m.id, m.session_id, m.role, m.timestamp, f.rank, {self._tool_meta_sql}"
             yield from cursor.execute(
-                f"""
-                SELECT m.id, m.session_id, m.role, m.timestamp, f.rank, {self._tool_meta_sql}
-                FROM {table} f
-                CROSS JOIN messages m ON m.id = f.rowid
-                WHERE {table} MATCH ?
-                  AND m.role IN ('user', 'assistant')
-                  AND {self.schema.live_message_sql}
-                  AND {_HAS_TEXT_SQL}
-                  AND {_SCOPE_SQL}
-                ORDER BY f.rank, m.id
-                """,
+                self._joined_matches_sql(table, columns) + " ORDER BY f.rank, m.id",
                 (match, json.dumps(list(in_scope))),
             )
             return
@@ -407,6 +398,17 @@ class FullTextReader:
                 if found is not None and found[0] in in_scope:  # else rewound since, or not ours
                     session_id, role, timestamp, tool_meta = found
                     yield (message_id, session_id, role, timestamp, rank, tool_meta)
+
+    def _joined_matches_sql(self, table: str, columns: str) -> str:
+        """``columns`` of every match of a ``MATCH ?`` joined to its live user/assistant message with
+        text in the sessions of a JSON list (``?``): the plan for a scope whose ids this process
+        does not hold (``CROSS JOIN`` keeps the FTS table outer: driven from the scope's sessions,
+        SQLite would re-run the MATCH per message)."""
+        return (
+            f"SELECT {columns} FROM {table} f CROSS JOIN messages m ON m.id = f.rowid "
+            f"WHERE {table} MATCH ? AND m.role IN ('user', 'assistant') "
+            f"AND {self.schema.live_message_sql} AND {_HAS_TEXT_SQL} AND {_SCOPE_SQL}"
+        )
 
     @property
     def _tool_meta_sql(self) -> str:
@@ -557,15 +559,7 @@ class FullTextReader:
         cursor.row_factory = None
         try:
             cursor.execute(
-                f"""
-                SELECT m.session_id FROM {table} f
-                CROSS JOIN messages m ON m.id = f.rowid
-                WHERE {table} MATCH ?
-                  AND m.role IN ('user', 'assistant')
-                  AND {self.schema.live_message_sql}
-                  AND {_HAS_TEXT_SQL}
-                  AND {_SCOPE_SQL}
-                """,
+                self._joined_matches_sql(table, "m.session_id"),
                 (self._text_match(table, match), json.dumps(list(in_scope))),
             )
             for (session_id,) in cursor:
