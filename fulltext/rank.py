@@ -25,10 +25,6 @@ PAIR_BOOST = 1.0
 # for a conversation's evidence to add up (conversation_score), few enough that one conversation
 # repeating a word hundreds of times cannot hide the others.
 RANKED_PER_SESSION = 20
-# What a session's first user message scores, times its bm25: a session is opened to ask one
-# thing (a coding agent's task, a chat's first topic), and its title is made from that request;
-# the same words later in the session are more often in passing (docs/benchmarks.md).
-OPENING_WEIGHT = 1.25
 
 
 # --------------------------------------------------------------------------- words every conversation has
@@ -370,14 +366,6 @@ def ranked_messages(
     except sqlite3.OperationalError:
         if not reader.out_of_time:
             raise
-    if main:  # the opening request of a session says what it is about (OPENING_WEIGHT)
-        try:
-            for message_id in reader.opening_requests({row["session_id"] for row in main.values()}):
-                if message_id in main:
-                    main[message_id]["score"] *= OPENING_WEIGHT
-        except sqlite3.OperationalError:
-            if not reader.out_of_time:
-                raise
     ranked: list[dict[str, Any]] = []
     for tier in tiers:
         ranked.extend(rank_by_conversation(tier.values()))

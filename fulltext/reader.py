@@ -454,17 +454,6 @@ class FullTextReader:
         ).fetchall()
         return {row[0]: row[1] for row in rows if row[1]}
 
-    def opening_requests(self, session_ids: Iterable[str]) -> set[int]:
-        """The first user message of each of these sessions (by time, then id): what the session
-        was opened to ask. One seek per session through Hermes's ``(session_id, timestamp)``
-        index, which stops at the session's first user row."""
-        rows = self.conn.execute(
-            "SELECT (SELECT m.id FROM messages m WHERE m.session_id = wanted.value AND m.role = 'user' "
-            "ORDER BY m.timestamp, m.id LIMIT 1) FROM json_each(?) AS wanted",
-            (json.dumps(list(session_ids)),),
-        ).fetchall()
-        return {row[0] for row in rows if row[0] is not None}
-
     def contents(self, message_ids: Iterable[int]) -> dict[int, Any]:
         """The stored content of these messages (for the rows a search returns)."""
         rows = self.conn.execute(

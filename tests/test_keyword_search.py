@@ -857,25 +857,6 @@ def test_a_large_project_ranks_by_the_messages_holding_every_word_when_enough_do
     assert session_ids(world.search(now, "zookeeper walrus", limit=3)) == [often, once, partial]
 
 
-def test_a_sessions_opening_request_outranks_the_same_words_said_in_passing(world, plugin, monkeypatch):
-    repo = world.folder("alpha")
-    world.project("Alpha", repo)
-    passing = world.session(
-        repo,
-        [
-            ("user", "Can you look at the login page?"),
-            ("assistant", "Done."),
-            ("user", "kafka retention policy"),
-        ],
-    )
-    opened = world.session(repo, [("user", "kafka retention policy"), ("assistant", "Done.")])
-    now = world.session(repo)
-    assert session_ids(world.search(now, "kafka retention", limit=2)) == [opened, passing]
-    monkeypatch.setattr(plugin.fulltext.rank, "OPENING_WEIGHT", 1.0)
-    # The same message, the same bm25: a tie, which goes to the older message.
-    assert session_ids(world.search(now, "kafka retention", limit=2)) == [passing, opened]
-
-
 def test_a_date_in_the_query_brings_that_days_sessions_first(world):
     import datetime
 
