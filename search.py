@@ -521,6 +521,16 @@ class Question:
     needles: tuple[str, ...] = ()  # what a snippet is centred on
     warnings: tuple[str, ...] = ()  # what of the query was not searched
 
+    @cached_property
+    def topical_terms(self) -> int:
+        """How many topical words the question has: what its keyword evidence is judged by."""
+        return len(self.plan.topical())
+
+    @cached_property
+    def evidence_needed(self) -> float:
+        """:func:`keyword_evidence` for this question, once for the ranking and the relevance."""
+        return keyword_evidence(self.topical_terms)
+
 
 def query_warnings(plan: QueryPlan, terms_cut: int) -> tuple[str, ...]:
     """What the answer says of a query cut to :data:`MAX_QUERY_CHARS` characters or to the terms
@@ -632,11 +642,12 @@ class _Search:
             embedding.semantic_weight,
         )
         # The floor is calibrated on word-tokenised bm25; CJK queries (trigram/LIKE) skip it.
-        floor, terms = relevance_floor(embedding), len(question.plan.topical())
-        needed = keyword_evidence(terms)
+        floor, terms, needed = relevance_floor(embedding), question.topical_terms, question.evidence_needed
         ranked = with_strength(ranked, *found.evidence, needed, floor)
-        with self.reader.deadline(self.keyword_deadline):
-            alone = sole_holder(self.reader, question.plan, self.scope.conversation_of)
+        alone = None
+        if found.keyword:  # no keyword winner to keep: the phrase read would decide nothing
+            with self.reader.deadline(self.keyword_deadline):
+                alone = sole_holder(self.reader, question.plan, self.scope.conversation_of)
         ranked = keep_clear_keyword_winner(ranked, found.keyword, needed, alone)
         if question.plan.has_cjk or has_evidence(found.keyword, found.semantic_rows, floor, terms):
             return ranked, False
@@ -672,8 +683,7 @@ class _Search:
         titles = self.db.titles({id_ for row in best for id_ in (row["session_id"], _conversation(row))})
         framing = found.semantic.framing
         words, meaning = found.evidence
-        floor = relevance_floor(self.env.settings.embedding)
-        needed = keyword_evidence(len(question.plan.topical()))
+        floor, needed = relevance_floor(self.env.settings.embedding), question.evidence_needed
 
         def strength(row: dict[str, Any]) -> float:
             group = _conversation(row)
