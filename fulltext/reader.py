@@ -50,8 +50,9 @@ _HAS_TEXT_SQL = "trim(m.content, char(32, 9, 10, 13)) != ''"
 class ScopeIds:
     """One scope's messages as the process remembers them: each id's session (``owner``, asked
     through ``owner.__contains__`` by FTS5), and answers about the scope
-    (:meth:`FullTextReader.in_conversations`), kept until the scope gains a message. A rewind or restore
-    in another session does not clear them: they decide which words rank, never what is in scope
+    (:meth:`FullTextReader.in_conversations`), kept until the scope gains a message or its sessions
+    are grouped into conversations otherwise (:meth:`answers_for`). A rewind or restore in another
+    session does not clear them: they decide which words rank, never what is in scope
     or what may be returned, and a message later restored is re-counted when the scope next grows.
     """
 
@@ -59,6 +60,7 @@ class ScopeIds:
     answers: dict[tuple, frozenset[str]] = field(default_factory=dict)
     low: int = 0  # the smallest and largest id of the scope: FTS5 reads only that range
     high: int = 0
+    counted_with: Mapping[str, str] | None = None  # the session -> conversation map of the answers
 
     def __post_init__(self) -> None:
         if self.owner and not self.high:
@@ -69,6 +71,16 @@ class ScopeIds:
         self.low = min(self.low, message_id) if self.low else message_id
         self.high = max(self.high, message_id)
         self.answers.clear()  # the scope gained a message: counts may have grown
+
+    def answers_for(self, in_scope: Mapping[str, str]) -> dict[tuple, frozenset[str]]:
+        """The answers kept for these sessions grouped as ``in_scope`` groups them: the answers
+        name conversations, and the same sessions are fewer conversations once Hermes links a
+        compression's continuation to its parent, so answers counted under another grouping go."""
+        if self.counted_with is not in_scope:
+            if self.counted_with != in_scope:
+                self.answers.clear()
+            self.counted_with = in_scope
+        return self.answers
 
 
 class SessionMessages:
@@ -496,7 +508,8 @@ class FullTextReader:
         if scope is None:
             return self._conversations_joined(table, match, in_scope, enough)
         key = (table, match, enough)
-        known = scope.answers.get(key)
+        answers = scope.answers_for(in_scope)
+        known = answers.get(key)
         if known is not None:
             return known
         match = self._text_match(table, match)
@@ -546,7 +559,7 @@ class FullTextReader:
         finally:
             cursor.close()
         answer = frozenset(counted)
-        scope.answers[key] = answer
+        answers[key] = answer
         return answer
 
     def _conversations_joined(

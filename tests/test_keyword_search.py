@@ -1148,6 +1148,23 @@ def test_the_sole_holder_of_a_questions_identifiers_is_named_only_when_alone(wor
             assert sole(db, plan("MEDIUM_VALUE_SIGNALS?"), chain) == holder
 
 
+def test_kept_conversation_counts_follow_how_the_sessions_are_grouped(world, plugin, hermes_db):
+    """The answers kept with a scope's ids name conversations. The same sessions become one
+    conversation fewer when Hermes links a compression's continuation to its parent: an answer
+    counted before must not be reused after (it would still name two holders)."""
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    first = world.session(repo, [("user", "GH_TOKEN is set in CI")])
+    second = world.session(repo, [("assistant", "rotate GH_TOKEN monthly")])
+    apart, chained = {first: first, second: second}, {first: first, second: first}
+    sole, plan = plugin.fulltext.sole_holder, plugin.fulltext.plan_query
+    with full_text(plugin) as db:
+        db.scope_members(apart, load=True)
+        assert sole(db, plan("where is GH_TOKEN?"), apart) is None
+        assert sole(db, plan("where is GH_TOKEN?"), chained) == first
+        assert sole(db, plan("where is GH_TOKEN?"), dict(apart)) is None
+
+
 def test_a_large_scope_judges_common_words_by_its_recent_conversations(world, plugin, hermes_db, monkeypatch):
     """More conversations than rank.COMMON_RECENT_CONVERSATIONS: a word in every one of the most
     recent is common, though it is in only 80 % of all (under COMMON_SHARE)."""
