@@ -442,19 +442,23 @@ class ProjectMap:
             session_ids=list(conversation_of),
             conversation_of=conversation_of,
             pending=len(snap.pending) + (1 if self.unsure else 0),
-            folders=self.folders_of(identity),
+            folders=self.folders_of(identity, token),
             data_token=token[0],
         )
 
-    def folders_of(self, identity: dict[str, Any]) -> list[str]:
+    def folders_of(self, identity: dict[str, Any], token: tuple | None = None) -> list[str]:
         """The folders a project spans now, as consent records what it covered: an explicit
-        project's folders in projects.db, an automatic repo's root."""
+        project's folders in projects.db, an automatic repo's root. ``token``: the call's
+        (:meth:`_token`), when it has read one."""
         if identity.get("kind") == "auto":
             return [str(identity.get("key"))]
         if identity.get("kind") != "explicit":
             return []
         with self.home.lock:  # read with the inputs, once per change of projects.db
-            self._refresh_inputs(self.home.projects_watch.token(), self.probe.facts_epoch())
+            if token is None:
+                self._refresh_inputs(self.home.projects_watch.token(), self.probe.facts_epoch())
+            else:
+                self._refresh_inputs(token[1], token[3])
             return list(self.home.folders.get(str(identity.get("id")), ()))
 
     def groups(self) -> list[dict[str, Any]]:
