@@ -32,7 +32,7 @@ from .fulltext import (
     sole_holder,
     without_words,
 )
-from .fulltext.query import MAX_KEYWORD_TERMS, MAX_QUERY_CHARS, MAX_TERMS
+from .fulltext.query import MAX_KEYWORD_TERMS, MAX_QUERY_CHARS, MAX_TERMS, quotes_error
 from .projects import ProjectMap, Scope
 from .semantic import Semantic, SemanticOutcome
 from .store import HermesDB, HermesEnv, NoSessionDatabase, message_text
@@ -402,6 +402,18 @@ def keep_clear_keyword_winner(
     ]
 
 
+def keyword_order_first(
+    fused: list[dict[str, Any]], keyword: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The fused rows of the conversations keyword found, in keyword's order, then those semantic
+    alone found, in the fused order: for a question that quotes an error
+    (``fulltext.query.quotes_error``), whose exact words name the conversation that hit it, where
+    conversations about other errors are near it in meaning (docs/benchmarks.md)."""
+    order = {group: rank for rank, group in enumerate(dict.fromkeys(map(_conversation, keyword)))}
+    unranked = len(order)
+    return sorted(fused, key=lambda row: order.get(_conversation(row), unranked))  # stable
+
+
 def best_per_session(rows: Iterable[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
     """One entry per conversation (a compressed conversation's sessions are one), its best
     message, in rank order, as Hermes's ``session_search`` de-duplicates by lineage."""
@@ -531,6 +543,11 @@ class Question:
         """:func:`keyword_evidence` for this question, once for the ranking and the relevance."""
         return keyword_evidence(self.topical_terms)
 
+    @cached_property
+    def quotes_error(self) -> bool:
+        """Does it quote an error (``fulltext.query.quotes_error``)? Hybrid keeps keyword's order then."""
+        return quotes_error(self.text)
+
 
 def query_warnings(plan: QueryPlan, terms_cut: int) -> tuple[str, ...]:
     """What the answer says of a query cut to :data:`MAX_QUERY_CHARS` characters or to the terms
@@ -644,11 +661,14 @@ class _Search:
         # The floor is calibrated on word-tokenised bm25; CJK queries (trigram/LIKE) skip it.
         floor, terms, needed = relevance_floor(embedding), question.topical_terms, question.evidence_needed
         ranked = with_strength(ranked, *found.evidence, needed, floor)
-        alone = None
-        if found.keyword:  # no keyword winner to keep: the phrase read would decide nothing
-            with self.reader.deadline(self.keyword_deadline):
-                alone = sole_holder(self.reader, question.plan, self.scope.conversation_of)
-        ranked = keep_clear_keyword_winner(ranked, found.keyword, needed, alone)
+        if question.quotes_error:
+            ranked = keyword_order_first(ranked, found.keyword)
+        else:
+            alone = None
+            if found.keyword:  # no keyword winner to keep: the phrase read would decide nothing
+                with self.reader.deadline(self.keyword_deadline):
+                    alone = sole_holder(self.reader, question.plan, self.scope.conversation_of)
+            ranked = keep_clear_keyword_winner(ranked, found.keyword, needed, alone)
         if question.plan.has_cjk or has_evidence(found.keyword, found.semantic_rows, floor, terms):
             return ranked, False
         if question.common and self.evidence_as_asked(question, floor, terms):

@@ -10,6 +10,7 @@ here every token becomes a quoted phrase, so no input can break ``MATCH`` (docs/
 
 from __future__ import annotations
 
+import errno
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -421,6 +422,32 @@ def keyword_terms(plan: QueryPlan, leave_out: frozenset[str] = frozenset()) -> K
         needles=tuple(dict.fromkeys(needles)),
         cut=max(0, len(unique) - MAX_KEYWORD_TERMS),
     )
+
+
+# --------------------------------------------------------------------------- errors in the query
+
+# A quoted error, whatever the language around it (ASCII edges, so ``错误TS2353`` counts): an
+# exception's name (``TypeError``, ``ReflectionTypeLoadException``), a compiler's code (TypeScript
+# ``TS2353``, C# ``CS0246``, Rust ``E0382``), a log's ``error:`` and Python's ``Traceback``; an
+# errno name (``ENOENT``) when the platform's list has it (``errno.errorcode``).
+_EDGE_BEFORE, _EDGE_AFTER = r"(?<![A-Za-z0-9_])", r"(?![A-Za-z0-9_])"
+_ERROR_SIGNS = re.compile(
+    rf"{_EDGE_BEFORE}(?:[A-Za-z]+(?:Error|Exception)|(?:TS|CS|E)\d{{4}}|Traceback){_EDGE_AFTER}"
+    rf"|{_EDGE_BEFORE}(?i:error):"
+)
+_ERRNO_LIKE = re.compile(rf"{_EDGE_BEFORE}E[A-Z0-9]{{2,}}{_EDGE_AFTER}")
+_ERRNO_NAMES = frozenset(errno.errorcode.values())
+
+
+def quotes_error(text: str) -> bool:
+    """Does the question quote an error (an exception, an error code, a log's ``error:``)?
+
+    Such a question is named by its exact words: the error line is in the conversation that hit
+    it, while conversations about other errors are near it in meaning. Hybrid search then keeps
+    keyword's order (``search.keyword_order_first``; docs/benchmarks.md)."""
+    if _ERROR_SIGNS.search(text):
+        return True
+    return any(name in _ERRNO_NAMES for name in _ERRNO_LIKE.findall(text))
 
 
 # --------------------------------------------------------------------------- dates in the query

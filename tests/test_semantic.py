@@ -396,3 +396,52 @@ def test_hybrid_keeps_first_the_only_conversation_holding_the_questions_identifi
     assert session_ids(project.search(project.current, question, mode="hybrid"))[0] == holder
     monkeypatch.setattr(plugin.search, "sole_holder", lambda *args: None)
     assert session_ids(project.search(project.current, question, mode="hybrid"))[0] == chooser
+
+
+def test_hybrid_keeps_the_keyword_order_for_a_question_quoting_an_error(project, plugin, server, monkeypatch):
+    """The conversation that hit ``TypeError: Cannot read properties of undefined (reading 'map')``
+    holds its exact words (in a log block, which the semantic side does not embed), and keyword
+    ranks it first; semantic prefers one that asks why the order list crashes. With semantic
+    weighted up (a user's setting) and the clear-winner rules out of play, RRF alone puts that
+    neighbour first; a question quoting the error keeps keyword's order
+    (``search.keyword_order_first``)."""
+    enable_semantic(
+        plugin,
+        model="e5-small",
+        base_url=server.base_url,
+        input_type=True,
+        index_budget_seconds=60,
+        keyword_weight=1.0,
+        semantic_weight=2.0,
+    )
+    monkeypatch.setattr(plugin.search, "CLEAR_WINNER_RATIO", 10.0)
+    monkeypatch.setattr(plugin.search, "STRONG_WINNER_EVIDENCE", 1000.0)
+    hit = project.session(
+        project.repo,
+        [
+            (
+                "user",
+                "From the console:\n```\nTypeError: Cannot read properties of undefined (reading 'map')\n"
+                "    at render (OrderList.tsx:42:18)\n```",
+            ),
+            ("assistant", "Defaulted items to [] in the store."),
+        ],
+    )
+    neighbour = project.session(
+        project.repo,
+        [
+            (
+                "user",
+                "Why does the order list crash again when we render it? "
+                "What did we do about the order list crashing?",
+            )
+        ],
+    )
+    question = (
+        "The order list crashes again with TypeError: Cannot read properties of undefined, what did we do?"
+    )
+    assert session_ids(project.search(project.current, question, mode="keyword"))[:2] == [hit, neighbour]
+    assert session_ids(project.search(project.current, question, mode="semantic"))[:2] == [neighbour, hit]
+    assert session_ids(project.search(project.current, question, mode="hybrid"))[:2] == [hit, neighbour]
+    monkeypatch.setattr(plugin.search.Question, "quotes_error", False)
+    assert session_ids(project.search(project.current, question, mode="hybrid"))[:2] == [neighbour, hit]

@@ -151,3 +151,11 @@ def test_a_wide_margin_reorders_rrf_neighbours_not_the_tail(search):
     # Equal strengths: the RRF order stands.
     even = search.with_strength(fused, dict.fromkeys("ABC", 10.0), {}, needed=10.0, floor=0.22)
     assert [r["session_id"] for r in even] == [r["session_id"] for r in fused]
+
+
+def test_a_quoted_error_keeps_the_keyword_order_and_semantic_adds_after_it(search):
+    fused = rows(("N", 4), ("B", 2), ("A", 1), ("S", 9))  # N: semantic's neighbour, first by RRF
+    keyword = rows(("A", 1), ("B", 2), ("A", 3), ("N", 4))
+    order = [r["session_id"] for r in search.keyword_order_first(fused, keyword)]
+    assert order == ["A", "B", "N", "S"]  # S: found by semantic alone, after keyword's
+    assert search.keyword_order_first(fused, []) == fused

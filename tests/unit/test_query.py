@@ -301,3 +301,40 @@ def test_every_word_ands_the_or_rankings_terms(q, question, every_word):
     assert query.every_word() == every_word
     if every_word:  # the same phrases as the OR ranking: the same bm25 for the rows both match
         assert every_word.split(" AND ") == query.match("messages_fts").split(" OR ")
+
+
+# --------------------------------------------------------------------------- errors in the query
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "we hit a AssertionError about least, one, message before. How did we fix it?",
+        "System.Reflection.ReflectionTypeLoadException: Unable to load one or more types",
+        "又遇到 error TS2353 了（Object litera），之前的解决办法是什么？",
+        "上次的错误TS2353怎么解决的",  # the code glued to CJK text
+        "CS0246 again in the build",
+        "E0382 borrow of moved value",
+        "ENOENT: no such file or directory, open config.json",
+        "ERROR: relation does not exist",
+        "Traceback (most recent call last) in the worker",
+    ],
+)
+def test_a_question_quoting_an_error_is_told_apart(q, question):
+    assert q.quotes_error(question)
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Where did we land on fixing terminal selection errors?",
+        "Error handling plan for the importer",  # a topic, not a quoted error
+        "what is an error budget",
+        "EXPORT the data nightly",  # capitals, but no errno name
+        "Which value did we pick for ENABLE_CACHE?",
+        "the MyErrorHandler class",
+        "TypeError_count metric",
+    ],
+)
+def test_a_question_about_errors_is_not_one_quoting_an_error(q, question):
+    assert not q.quotes_error(question)
