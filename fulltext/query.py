@@ -428,12 +428,14 @@ def keyword_terms(plan: QueryPlan, leave_out: frozenset[str] = frozenset()) -> K
 
 # A quoted error, whatever the language around it (ASCII edges, so ``错误TS2353`` counts): an
 # exception's name (``TypeError``, ``ReflectionTypeLoadException``), a compiler's code (TypeScript
-# ``TS2353``, C# ``CS0246``, Rust ``E0382``), a log's ``error:`` and Python's ``Traceback``; an
-# errno name (``ENOENT``) when the platform's list has it (``errno.errorcode``).
+# ``TS2353``, C# ``CS0246``, Rust ``E0382``), Node's ``ERR_MODULE_NOT_FOUND`` codes, a log line's
+# ``error:``, ``fatal:`` (git) or ``panic:``, Python's ``Traceback``, Node's and webpack's
+# ``Cannot find module`` / ``Module not found``; an errno name (``ENOENT``) when the platform's
+# list has it (``errno.errorcode``).
 _EDGE_BEFORE, _EDGE_AFTER = r"(?<![A-Za-z0-9_])", r"(?![A-Za-z0-9_])"
 _ERROR_SIGNS = re.compile(
-    rf"{_EDGE_BEFORE}(?:[A-Za-z]+(?:Error|Exception)|(?:TS|CS|E)\d{{4}}|Traceback){_EDGE_AFTER}"
-    rf"|{_EDGE_BEFORE}(?i:error):"
+    rf"{_EDGE_BEFORE}(?:[A-Za-z]+(?:Error|Exception)|(?:TS|CS|E)\d{{4}}|ERR_[A-Z0-9_]+|Traceback){_EDGE_AFTER}"
+    rf"|{_EDGE_BEFORE}(?i:error|fatal|panic):|(?i:cannot find module|module not found)"
 )
 _ERRNO_LIKE = re.compile(rf"{_EDGE_BEFORE}E[A-Z0-9]{{2,}}{_EDGE_AFTER}")
 _ERRNO_NAMES = frozenset(errno.errorcode.values())

@@ -318,6 +318,10 @@ def test_every_word_ands_the_or_rankings_terms(q, question, every_word):
         "ENOENT: no such file or directory, open config.json",
         "ERROR: relation does not exist",
         "Traceback (most recent call last) in the worker",
+        "what caused the ERR_MODULE_NOT_FOUND with Vite last time?",
+        "I'm seeing 'fatal:' again (refusing to merge unrelated histories)",
+        "之前遇到的 Cannot find module 错误是怎么解决的？",
+        "Module not found: Can't resolve './Button'",
     ],
 )
 def test_a_question_quoting_an_error_is_told_apart(q, question):
@@ -334,6 +338,8 @@ def test_a_question_quoting_an_error_is_told_apart(q, question):
         "Which value did we pick for ENABLE_CACHE?",
         "the MyErrorHandler class",
         "TypeError_count metric",
+        "the fatal flaw in the module loader",  # the words, not a log line's prefix
+        "MY_ERR_CODE setting",
     ],
 )
 def test_a_question_about_errors_is_not_one_quoting_an_error(q, question):
