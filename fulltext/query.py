@@ -268,10 +268,11 @@ class KeywordTerm:
 
     ``word``: an exact word (``messages_fts``); ``prefix``: a stem or the user's ``word*``
     (``messages_fts``); ``phrase``: words in sequence, an identifier's parts or the user's quoted
-    words (``messages_fts``); ``gram``: three CJK characters (``messages_fts_trigram``); ``pair``:
-    a two-character CJK word, which neither table can search (counted in the candidates' text, or
-    found with LIKE when nothing else matched). ``source`` is the bare query word it comes from
-    (what :func:`rank.common_words` names).
+    words (``messages_fts``); ``gram``: three CJK characters (``messages_fts_trigram``);
+    ``literal``: an identifier as written, its joining characters too (``messages_fts_trigram``,
+    :func:`as_identifier_literal`); ``pair``: a two-character CJK word, which neither table can
+    search (counted in the candidates' text, or found with LIKE when nothing else matched).
+    ``source`` is the bare query word it comes from (what :func:`rank.common_words` names).
     """
 
     text: str
@@ -280,7 +281,7 @@ class KeywordTerm:
 
     @property
     def table(self) -> str | None:
-        if self.kind == "gram":
+        if self.kind in ("gram", "literal"):
             return "messages_fts_trigram"
         return None if self.kind == "pair" else "messages_fts"
 
@@ -292,7 +293,7 @@ class KeywordTerm:
         """Would this term match ``text`` alone, as its table tokenizes it? (A word or stem
         against unicode61's words, a gram or pair as a case-insensitive substring.)"""
         folded = text.casefold()
-        if self.kind in ("gram", "pair"):
+        if self.kind in ("gram", "pair", "literal"):
             return self.text.casefold() in folded
         words = _LATIN_WORD.findall(folded)
         wanted = self.text.casefold().split()
@@ -324,9 +325,10 @@ class KeywordQuery:
         """The FTS5 query for messages holding every term (an identifier's phrase and its parts
         too): the OR ranking's terms ANDed. None unless every term is on ``messages_fts`` and there
         are two or more (one: the ranking is already that)."""
-        if len(self.terms) < 2 or any(t.table != "messages_fts" for t in self.terms):
+        terms = [t for t in self.terms if t.kind != "literal"]
+        if len(terms) < 2 or any(t.table != "messages_fts" for t in terms):
             return None
-        return " AND ".join(t.fts for t in self.terms)
+        return " AND ".join(t.fts for t in terms)
 
     @property
     def latin_words(self) -> list[str]:
@@ -348,14 +350,32 @@ def as_written(term: Term) -> KeywordTerm:
     return KeywordTerm(words, "phrase" if " " in words else "word", term.text)
 
 
+# Characters that join an identifier's parts (``GEMINI_MODEL``, ``user_service.py``, ``a/b``,
+# ``Foo::bar``, ``@scope/pkg``), and never prose's: not a hyphen (``C-side``) or an apostrophe
+# (``can't``, ``l'historique``).
+_JOINED = re.compile(r"[A-Za-z0-9](?:[_./\\@#]|::)+[A-Za-z0-9]")
+
+
+def as_identifier_literal(chunk: str) -> str | None:
+    """An identifier as written, for the trigram table (a substring index that keeps ``_`` and
+    ``.``), or None for anything else. The word table reads ``GEMINI_MODEL`` as the phrase
+    ``gemini model``, which prose ("the Gemini model") matches too; the characters between the
+    parts tell the conversation that holds the key itself."""
+    literal = chunk.casefold().strip(".,;:!?()[]{}<>\"'`")
+    return literal if len(literal) >= 3 and _JOINED.search(literal) else None
+
+
 def _latin_terms(chunk: str, leave_out: frozenset[str]) -> list[KeywordTerm]:
     """The terms of one whitespace-free piece of Latin text: its words (stopwords out, plain English
     words as their stem's prefix) and, for an identifier (``user_service.get``, ``ERR-42``), the
-    phrase of its parts."""
+    phrase of its parts, and as written when characters such as ``_`` or ``.`` join them."""
     parts = _LATIN_WORD.findall(chunk.casefold())
     terms: list[KeywordTerm] = []
     if len(parts) >= 2:
         terms.append(KeywordTerm(" ".join(parts), "phrase", chunk.casefold()))
+        literal = as_identifier_literal(chunk)
+        if literal:
+            terms.append(KeywordTerm(literal, "literal", chunk.casefold()))
     for part in parts:
         if part in _STOPWORDS or part in leave_out or (len(part) == 1 and not part.isdigit()):
             continue
@@ -383,7 +403,8 @@ def keyword_terms(plan: QueryPlan, leave_out: frozenset[str] = frozenset()) -> K
     Every token of the plan is split as the tables tokenize text: Latin words by regex, so a word
     glued to CJK text (``把UserService的缓存``) or to punctuation is still a word; English
     stopwords out (unless nothing else is left) and plain words of four letters or more as their
-    stem's prefix (:func:`light_stem`); an identifier also as the phrase of its parts; CJK runs,
+    stem's prefix (:func:`light_stem`); an identifier also as the phrase of its parts and as
+    written (:func:`as_identifier_literal`); CJK runs,
     once :data:`CJK_STOP_PHRASES` are out, as their 3-character windows (:func:`cjk_grams`), a
     2-character run as a pair; single CJK characters dropped. The user's quoted phrases and
     ``word*`` prefixes are kept as they are. ``leave_out``: bare words left out of the ranking

@@ -234,13 +234,13 @@ def ranked_messages(
 
     The question's terms (:func:`query.keyword_terms`, without the ``leave_out`` words) are ORed,
     one FTS query per table: words, stems and identifier phrases on ``messages_fts``, CJK 3-grams
-    on ``messages_fts_trigram``, the :data:`SCAN_LIMIT` best rows of each. A message scores the sum
-    of its bm25 in both (``bm25``, the evidence the relevance floor reads), plus :data:`PAIR_BOOST`
-    per two-character CJK word its text contains; LIKE finds those words when nothing else
-    matched (a message scores how many it has), or, for the conversations not found yet, when too
-    few matched. A match only in a row's tool-call columns is no
-    match (:func:`only_in_text`). An FTS error of any kind falls back to LIKE: a search never
-    fails because of its query.
+    and identifiers as written on ``messages_fts_trigram``, the :data:`SCAN_LIMIT` best rows of
+    each. A message scores the sum of its bm25 in both (``bm25``, the evidence the relevance floor
+    reads), plus :data:`PAIR_BOOST` per two-character CJK word its text contains; LIKE finds those
+    words when nothing else matched (a message scores how many it has), or, for the conversations
+    not found yet, when too few matched. A match only in a row's tool-call columns is no match
+    (:func:`only_in_text`). An FTS error of any kind falls back to LIKE: a search never fails
+    because of its query.
 
     In a project of more than :data:`EVERY_WORD_FIRST_ABOVE` conversations, when
     ``want_sessions`` of them or more have a message holding every word of the question
@@ -343,6 +343,8 @@ def ranked_messages(
         together = search_every_word()
         for table in ("messages_fts", "messages_fts_trigram"):
             terms = [t for t in query.terms if t.table == table]
+            if not schema.has_trigram:  # an identifier as written adds to its phrase: not worth a scan
+                terms = [t for t in terms if t.kind != "literal"]
             if terms and not together:
                 search(table, terms)
         if query.pairs and main:

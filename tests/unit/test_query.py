@@ -213,16 +213,23 @@ def test_mixed_chinese_and_english_takes_both_and_unglues_latin_words(q):
 def test_identifiers_are_searched_as_phrases_and_as_their_words(q):
     assert _terms(q, "the SUPABASE_ACCESS_TOKEN in user_service.py") == [
         ("supabase access token", "phrase"),
+        ("supabase_access_token", "literal"),  # as written: prose cannot match it
         ("supabase", "prefix"),
         ("access", "prefix"),
         ("token", "prefix"),
         ("user service py", "phrase"),
+        ("user_service.py", "literal"),
         ("user", "prefix"),
         ("service", "prefix"),
         ("py", "word"),
     ]
     # Joanna's is a word, not an identifier; stopwords and single letters are not searched.
     assert _terms(q, "what did Joanna's x say") == [("joanna", "prefix"), ("say", "word")]
+    # Hyphens and apostrophes join prose as well: the phrase of the parts only.
+    for text in ("C-side", "can't", "l'historique", "ERR-42"):
+        assert not [t for t in q.keyword_terms(q.plan_query(text)).terms if t.kind == "literal"], text
+    assert q.as_identifier_literal("Foo::bar,") == "foo::bar"
+    assert q.as_identifier_literal("@scope/pkg") == "@scope/pkg"
 
 
 def test_the_users_phrases_prefixes_and_only_stopwords(q):
@@ -251,6 +258,7 @@ def test_the_or_of_a_tables_terms_is_quoted(q):
         ("access token", "phrase", "an ACCESS-token here", "token access"),
         ("项目归", "gram", "我们的项目归属", "项目的归属"),
         ("归属", "pair", "归属问题", "归 属"),
+        ("gemini_model", "literal", "set GEMINI_MODEL=pro", "the Gemini model"),
     ],
 )
 def test_a_term_occurs_in_a_text_as_its_table_matches_it(q, text, kind, inside, outside):
