@@ -361,12 +361,9 @@ def test_semantic_mode_stops_at_the_floor_and_every_result_shows_its_relevance(p
     assert all(0.0 <= r["relevance"] <= 1.0 for r in hybrid["results"])
 
 
-def test_hybrid_keeps_first_the_only_conversation_holding_the_questions_identifier(
-    project, plugin, server, monkeypatch
-):
-    """Keyword ranks first, a little ahead, the one conversation holding MEDIUM_VALUE_SIGNALS;
-    semantic prefers another that talks of picking values. With semantic weighted up (a user's
-    setting) and no 20 % lead, RRF alone puts that other one first (``fulltext.sole_holder``)."""
+def semantic_weighted_up(plugin, server, monkeypatch) -> None:
+    """e5 with semantic weighted 2:1 (a user's setting) and keyword's clear-winner rules out of
+    play: RRF alone would let semantic's first overtake keyword's."""
     enable_semantic(
         plugin,
         model="e5-small",
@@ -377,6 +374,16 @@ def test_hybrid_keeps_first_the_only_conversation_holding_the_questions_identifi
         semantic_weight=2.0,
     )
     monkeypatch.setattr(plugin.search, "CLEAR_WINNER_RATIO", 10.0)
+    monkeypatch.setattr(plugin.search, "STRONG_WINNER_EVIDENCE", 1000.0)
+
+
+def test_hybrid_keeps_first_the_only_conversation_holding_the_questions_identifier(
+    project, plugin, server, monkeypatch
+):
+    """Keyword ranks first, a little ahead, the one conversation holding MEDIUM_VALUE_SIGNALS;
+    semantic prefers another that talks of picking values. With semantic weighted up (a user's
+    setting) and no 20 % lead, RRF alone puts that other one first (``fulltext.sole_holder``)."""
+    semantic_weighted_up(plugin, server, monkeypatch)
     holder = project.session(
         project.repo,
         [
@@ -405,17 +412,7 @@ def test_hybrid_keeps_the_keyword_order_for_a_question_quoting_an_error(project,
     weighted up (a user's setting) and the clear-winner rules out of play, RRF alone puts that
     neighbour first; a question quoting the error keeps keyword's order
     (``search.keyword_order_first``)."""
-    enable_semantic(
-        plugin,
-        model="e5-small",
-        base_url=server.base_url,
-        input_type=True,
-        index_budget_seconds=60,
-        keyword_weight=1.0,
-        semantic_weight=2.0,
-    )
-    monkeypatch.setattr(plugin.search, "CLEAR_WINNER_RATIO", 10.0)
-    monkeypatch.setattr(plugin.search, "STRONG_WINNER_EVIDENCE", 1000.0)
+    semantic_weighted_up(plugin, server, monkeypatch)
     hit = project.session(
         project.repo,
         [
