@@ -70,7 +70,8 @@ class ScopeIds:
         self.owner[message_id] = session_id
         self.low = min(self.low, message_id) if self.low else message_id
         self.high = max(self.high, message_id)
-        self.answers.clear()  # the scope gained a message: counts may have grown
+        self.answers = {}  # the scope gained a message: counts may have grown (a new dict: a
+        # search still counting under the old one writes its answer there, not here)
 
     def answers_for(self, in_scope: Mapping[str, str]) -> dict[tuple, frozenset[str]]:
         """The answers kept for these sessions grouped as ``in_scope`` groups them: the answers
@@ -78,7 +79,7 @@ class ScopeIds:
         compression's continuation to its parent, so answers counted under another grouping go."""
         if self.counted_with is not in_scope:
             if self.counted_with != in_scope:
-                self.answers.clear()
+                self.answers = {}
             self.counted_with = in_scope
         return self.answers
 
