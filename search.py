@@ -32,7 +32,7 @@ from .fulltext import (
     sole_holder,
     without_words,
 )
-from .fulltext.query import MAX_KEYWORD_TERMS, MAX_QUERY_CHARS, MAX_TERMS, quotes_error
+from .fulltext.query import MAX_KEYWORD_TERMS, MAX_QUERY_CHARS, MAX_TERMS, KeywordQuery, quotes_error
 from .projects import ProjectMap, Scope
 from .semantic import Semantic, SemanticOutcome
 from .store import HermesDB, HermesEnv, NoSessionDatabase, message_text
@@ -532,6 +532,7 @@ class Question:
     semantic_text: str
     needles: tuple[str, ...] = ()  # what a snippet is centred on
     warnings: tuple[str, ...] = ()  # what of the query was not searched
+    terms: KeywordQuery | None = None  # the plan's ranking terms (fulltext.keyword_terms), read once
 
     @cached_property
     def topical_terms(self) -> int:
@@ -597,7 +598,7 @@ class _Search:
         semantic_text = without_words(query, common)
         warnings = query_warnings(plan, terms.cut if not plan.has_operators else 0)
         windows = date_windows(query)
-        return Question(query, mode, limit, plan, windows, common, semantic_text, needles, warnings)
+        return Question(query, mode, limit, plan, windows, common, semantic_text, needles, warnings, terms)
 
     def keyword(self, question: Question, only_best: bool) -> list[dict[str, Any]]:
         """The keyword ranking; ``only_best``: nothing but each conversation's best message matters
@@ -667,7 +668,9 @@ class _Search:
             alone = None
             if found.keyword:  # no keyword winner to keep: the phrase read would decide nothing
                 with self.reader.deadline(self.keyword_deadline):
-                    alone = sole_holder(self.reader, question.plan, self.scope.conversation_of)
+                    alone = sole_holder(
+                        self.reader, question.plan, self.scope.conversation_of, question.terms
+                    )
             ranked = keep_clear_keyword_winner(ranked, found.keyword, needed, alone)
         if question.plan.has_cjk or has_evidence(found.keyword, found.semantic_rows, floor, terms):
             return ranked, False

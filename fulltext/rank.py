@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..store import message_text
-from .query import KeywordTerm, QueryPlan, Term, as_written, bare_word, keyword_terms
+from .query import KeywordQuery, KeywordTerm, QueryPlan, Term, as_written, bare_word, keyword_terms
 from .reader import FullTextReader
 
 logger = logging.getLogger(__name__)
@@ -97,7 +97,9 @@ def common_words(reader: FullTextReader, plan: QueryPlan, in_scope: Mapping[str,
     return frozenset(common) if len(common) < len(words) else frozenset()
 
 
-def sole_holder(reader: FullTextReader, plan: QueryPlan, in_scope: Mapping[str, str]) -> str | None:
+def sole_holder(
+    reader: FullTextReader, plan: QueryPlan, in_scope: Mapping[str, str], query: KeywordQuery | None = None
+) -> str | None:
     """The one conversation of the scope with a message holding every exact phrase of the question
     (its identifiers' phrases, ``MEDIUM_VALUE_SIGNALS``, and the user's quoted phrases), or None:
     when none or several do, when the question has no phrase, or when FTS cannot say in time.
@@ -108,10 +110,12 @@ def sole_holder(reader: FullTextReader, plan: QueryPlan, in_scope: Mapping[str, 
     first too (``search.keep_clear_keyword_winner``; docs/benchmarks.md). One unranked FTS read
     that stops at the second conversation (:meth:`FullTextReader.conversations_with`), which loads
     no scope for it: a fresh process's first search would pay that for one rare phrase.
+    ``query``: ``keyword_terms(plan)`` when the caller has it.
     """
     if plan.has_operators or not reader.schema.fts_columns:
         return None
-    phrases = [t for t in keyword_terms(plan).terms if t.kind == "phrase" and t.table == "messages_fts"]
+    terms = (query or keyword_terms(plan)).terms
+    phrases = [t for t in terms if t.kind == "phrase" and t.table == "messages_fts"]
     if not phrases:
         return None
     try:
