@@ -289,6 +289,13 @@ class KeywordTerm:
     def fts(self) -> str:
         return Term(self.text, prefix=self.kind == "prefix").fts
 
+    @property
+    def code_joined(self) -> bool:
+        """An identifier as written whose parts something other than a dot joins
+        (``health_endpoint``, ``src/app``, ``Foo::bar``): prose never writes those, where a dot it
+        does (``Next.js``, ``ASP.NET``), so only these weigh more (``rank.LITERAL_WEIGHT``)."""
+        return self.kind == "literal" and _CODE_JOINER.search(self.text) is not None
+
     def occurs_in(self, text: str) -> bool:
         """Would this term match ``text`` alone, as its table tokenizes it? (A word or stem
         against unicode61's words, a gram or pair as a case-insensitive substring.)"""
@@ -354,6 +361,7 @@ def as_written(term: Term) -> KeywordTerm:
 # ``Foo::bar``, ``@scope/pkg``), and never prose's: not a hyphen (``C-side``) or an apostrophe
 # (``can't``, ``l'historique``).
 _JOINED = re.compile(r"[A-Za-z0-9](?:[_./\\@#]|::)+[A-Za-z0-9]")
+_CODE_JOINER = re.compile(r"[_/\\@#]|::")
 
 
 def as_identifier_literal(chunk: str) -> str | None:

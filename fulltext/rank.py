@@ -25,6 +25,11 @@ PAIR_BOOST = 1.0
 # for a conversation's evidence to add up (conversation_score), few enough that one conversation
 # repeating a word hundreds of times cannot hide the others.
 RANKED_PER_SESSION = 20
+# What an identifier's match as written in code (``health_endpoint``: KeywordTerm.code_joined) weighs
+# against the other terms' bm25. The same message matches the identifier's phrase too (``health
+# endpoint``), which prose matches as well; and the trigram table's bm25 of a long message (a config
+# block, a diff), whose every character is a token, is small (docs/benchmarks.md).
+LITERAL_WEIGHT = 2.0
 
 
 # --------------------------------------------------------------------------- words every conversation has
@@ -240,11 +245,12 @@ def ranked_messages(
     one FTS query per table: words, stems and identifier phrases on ``messages_fts``, CJK 3-grams
     and identifiers as written on ``messages_fts_trigram``, the :data:`SCAN_LIMIT` best rows of
     each. A message scores the sum of its bm25 in both (``bm25``, the evidence the relevance floor
-    reads), plus :data:`PAIR_BOOST` per two-character CJK word its text contains; LIKE finds those
-    words when nothing else matched (a message scores how many it has), or, for the conversations
-    not found yet, when too few matched. A match only in a row's tool-call columns is no match
-    (:func:`only_in_text`). An FTS error of any kind falls back to LIKE: a search never fails
-    because of its query.
+    reads; an identifier written as code, :attr:`KeywordTerm.code_joined`, is its own query and
+    counts :data:`LITERAL_WEIGHT` times), plus :data:`PAIR_BOOST` per two-character CJK word its
+    text contains; LIKE finds those words when nothing else matched (a message scores how many it
+    has), or, for the conversations not found yet, when too few matched. A match only in a row's
+    tool-call columns is no match (:func:`only_in_text`). An FTS error of any kind falls back to
+    LIKE: a search never fails because of its query.
 
     In a project of more than :data:`EVERY_WORD_FIRST_ABOVE` conversations, when
     ``want_sessions`` of them or more have a message holding every word of the question
@@ -288,6 +294,7 @@ def ranked_messages(
         bm25: bool,
         new_only: bool,
         like_terms: int = 0,
+        weight: float = 1.0,
     ) -> None:
         known = conversations() if new_only else set()
         for row in rows:
@@ -297,7 +304,7 @@ def ranked_messages(
             entry = tier.setdefault(
                 row["message_id"], {**row, "conversation": conversation, "score": 0.0, "bm25": None}
             )
-            value = -float(row["rank"]) if bm25 else float(row.get("matched") or 1)
+            value = -float(row["rank"]) * weight if bm25 else float(row.get("matched") or 1)
             entry["score"] += value
             if bm25:
                 entry["bm25"] = (entry["bm25"] or 0.0) + value
@@ -326,11 +333,15 @@ def ranked_messages(
     ) -> None:
         tier = main if tier is None else tier
         usable = schema.has_trigram if table == "messages_fts_trigram" else bool(schema.fts_columns)
-        rows = fts(table, " OR ".join(t.fts for t in terms), terms) if usable else None
-        if rows is not None:
-            add(tier, rows, bm25=True, new_only=new_only)
-        else:  # LIKE: what FTS cannot read
-            add(tier, like([t.text for t in terms]), bm25=False, new_only=new_only, like_terms=len(terms))
+        code = [t for t in terms if t.code_joined]
+        for group, weight in (([t for t in terms if not t.code_joined], 1.0), (code, LITERAL_WEIGHT)):
+            if not group:
+                continue
+            rows = fts(table, " OR ".join(t.fts for t in group), group) if usable else None
+            if rows is not None:
+                add(tier, rows, bm25=True, new_only=new_only, weight=weight)
+            else:  # LIKE: what FTS cannot read
+                add(tier, like([t.text for t in group]), bm25=False, new_only=new_only, like_terms=len(group))
 
     def search_every_word() -> bool:
         """Rank by the messages holding every word, when ``want_sessions`` conversations have one."""

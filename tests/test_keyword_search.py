@@ -1251,6 +1251,31 @@ def test_an_identifier_is_found_as_written_and_ranks_above_its_words(world):
     assert "SUPABASE_ACCESS_TOKEN" in result["results"][0]["snippet"]
 
 
+def test_a_key_as_written_outweighs_prose_about_its_words(world, plugin, monkeypatch):
+    """A configuration key's one match as written, in a config block, outweighs a message that
+    talks about its words: the trigram table's bm25 of a message of code is small, and prose
+    matches the key's phrase as well (rank.LITERAL_WEIGHT)."""
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    for topic in ("login form", "billing page", "search box", "docs build", "release notes", "cache layer"):
+        world.session(
+            repo, [("user", f"Fix the {topic} tests"), ("assistant", f"The {topic} tests pass now.")]
+        )
+    config = (
+        "Updated the staging config:\n"
+        'STAGING_FRONTEND_URL="https://staging.example.com"\n'
+        'STAGING_AGENT_URL="https://agent.staging.example.com"\n'
+        'HEALTH_ENDPOINT="/health"'
+    )
+    exact = world.session(repo, [("assistant", config)])
+    prose = world.session(repo, [("user", "The health endpoint of the agent is slow.")])
+    now = world.session(repo)
+    question = "Where did we configure HEALTH_ENDPOINT, and to what?"
+    assert session_ids(world.search(now, question, limit=2)) == [exact, prose]
+    monkeypatch.setattr(plugin.fulltext.rank, "LITERAL_WEIGHT", 1.0)
+    assert session_ids(world.search(now, question, limit=2)) == [prose, exact]
+
+
 # --------------------------------------------------------------------------- tool calls, relevance
 
 

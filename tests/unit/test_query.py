@@ -230,6 +230,15 @@ def test_identifiers_are_searched_as_phrases_and_as_their_words(q):
         assert not [t for t in q.keyword_terms(q.plan_query(text)).terms if t.kind == "literal"], text
     assert q.as_identifier_literal("Foo::bar,") == "foo::bar"
     assert q.as_identifier_literal("@scope/pkg") == "@scope/pkg"
+    # What prose never writes weighs more (rank.LITERAL_WEIGHT); a dot it does (Next.js).
+    terms = q.keyword_terms(q.plan_query("HEALTH_ENDPOINT in src/app, Next.js and Foo::bar")).terms
+    assert [t.text for t in terms if t.kind == "literal"] == [
+        "health_endpoint",
+        "src/app",
+        "next.js",
+        "foo::bar",
+    ]
+    assert [t.text for t in terms if t.code_joined] == ["health_endpoint", "src/app", "foo::bar"]
 
 
 def test_the_users_phrases_prefixes_and_only_stopwords(q):
