@@ -406,9 +406,10 @@ def keyword_order_first(
     fused: list[dict[str, Any]], keyword: Sequence[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """The fused rows of the conversations keyword found, in keyword's order, then those semantic
-    alone found, in the fused order: for a question that quotes an error
-    (``fulltext.query.quotes_error``), whose exact words name the conversation that hit it, where
-    conversations about other errors are near it in meaning (docs/benchmarks.md)."""
+    alone found, in the fused order: for a question that quotes an error or names an identifier
+    written as code (:attr:`Question.names_exactly`), whose exact words name the conversation that
+    has them, where conversations about other errors and keys are near it in meaning
+    (docs/benchmarks.md)."""
     order = {group: rank for rank, group in enumerate(dict.fromkeys(map(_conversation, keyword)))}
     unranked = len(order)
     return sorted(fused, key=lambda row: order.get(_conversation(row), unranked))  # stable
@@ -545,9 +546,12 @@ class Question:
         return keyword_evidence(self.topical_terms)
 
     @cached_property
-    def quotes_error(self) -> bool:
-        """Does it quote an error (``fulltext.query.quotes_error``)? Hybrid keeps keyword's order then."""
-        return quotes_error(self.text)
+    def names_exactly(self) -> bool:
+        """Does it quote an error (``fulltext.query.quotes_error``) or name an identifier written as
+        code (``KeywordTerm.code_joined``: ``HEALTH_ENDPOINT``, ``src/app``)? Hybrid keeps keyword's
+        order then (:func:`keyword_order_first`)."""
+        written_as_code = self.terms is not None and any(t.code_joined for t in self.terms.terms)
+        return written_as_code or quotes_error(self.text)
 
 
 def query_warnings(plan: QueryPlan, terms_cut: int) -> tuple[str, ...]:
@@ -662,7 +666,7 @@ class _Search:
         # The floor is calibrated on word-tokenised bm25; CJK queries (trigram/LIKE) skip it.
         floor, terms, needed = relevance_floor(embedding), question.topical_terms, question.evidence_needed
         ranked = with_strength(ranked, *found.evidence, needed, floor)
-        if question.quotes_error:
+        if question.names_exactly:
             ranked = keyword_order_first(ranked, found.keyword)
         else:
             alone = None
