@@ -548,7 +548,7 @@ class Question:
     @cached_property
     def names_exactly(self) -> bool:
         """Does it quote an error (``fulltext.query.quotes_error``) or name an identifier written as
-        code (``KeywordTerm.code_joined``: ``HEALTH_ENDPOINT``, ``src/app``)? Hybrid keeps keyword's
+        code (``KeywordTerm.code_joined``: ``HEALTH_ENDPOINT``, ``lib/db.ts``)? Hybrid keeps keyword's
         order then (:func:`keyword_order_first`)."""
         written_as_code = self.terms is not None and any(t.code_joined for t in self.terms.terms)
         return written_as_code or quotes_error(self.text)

@@ -291,10 +291,16 @@ class KeywordTerm:
 
     @property
     def code_joined(self) -> bool:
-        """An identifier as written whose parts something other than a dot joins
-        (``health_endpoint``, ``src/app``, ``Foo::bar``): prose never writes those, where a dot it
-        does (``Next.js``, ``ASP.NET``), so only these weigh more (``rank.LITERAL_WEIGHT``)."""
-        return self.kind == "literal" and _CODE_JOINER.search(self.text) is not None
+        """An identifier as written the way only code writes it: joined by ``_ \\ @ #`` or ``::``
+        (``health_endpoint``, ``Foo::bar``), or a path (``src/app/page.tsx``, ``lib/db.ts``). Prose
+        joins two words with a slash (``and/or``, ``min/max``) or a dot (``Next.js``, ``ASP.NET``);
+        only these weigh more (``rank.LITERAL_WEIGHT``, ``search.Question.names_exactly``)."""
+        if self.kind != "literal":
+            return False
+        text = self.text
+        return _CODE_JOINER.search(text) is not None or (
+            "/" in text and (text.count("/") >= 2 or "." in text)
+        )
 
     def occurs_in(self, text: str) -> bool:
         """Would this term match ``text`` alone, as its table tokenizes it? (A word or stem
@@ -361,7 +367,7 @@ def as_written(term: Term) -> KeywordTerm:
 # ``Foo::bar``, ``@scope/pkg``), and never prose's: not a hyphen (``C-side``) or an apostrophe
 # (``can't``, ``l'historique``).
 _JOINED = re.compile(r"[A-Za-z0-9](?:[_./\\@#]|::)+[A-Za-z0-9]")
-_CODE_JOINER = re.compile(r"[_/\\@#]|::")
+_CODE_JOINER = re.compile(r"[_\\@#]|::")
 
 
 def as_identifier_literal(chunk: str) -> str | None:

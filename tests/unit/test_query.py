@@ -230,15 +230,25 @@ def test_identifiers_are_searched_as_phrases_and_as_their_words(q):
         assert not [t for t in q.keyword_terms(q.plan_query(text)).terms if t.kind == "literal"], text
     assert q.as_identifier_literal("Foo::bar,") == "foo::bar"
     assert q.as_identifier_literal("@scope/pkg") == "@scope/pkg"
-    # What prose never writes weighs more (rank.LITERAL_WEIGHT); a dot it does (Next.js).
-    terms = q.keyword_terms(q.plan_query("HEALTH_ENDPOINT in src/app, Next.js and Foo::bar")).terms
+    # Written as only code writes it, an identifier weighs more (rank.LITERAL_WEIGHT); prose joins
+    # two words with a dot or a slash too.
+    text = "HEALTH_ENDPOINT, Foo::bar, lib/db.ts and src/app/page.tsx, not Next.js and/or src/app"
+    terms = q.keyword_terms(q.plan_query(text)).terms
     assert [t.text for t in terms if t.kind == "literal"] == [
         "health_endpoint",
-        "src/app",
-        "next.js",
         "foo::bar",
+        "lib/db.ts",
+        "src/app/page.tsx",
+        "next.js",
+        "and/or",
+        "src/app",
     ]
-    assert [t.text for t in terms if t.code_joined] == ["health_endpoint", "src/app", "foo::bar"]
+    assert [t.text for t in terms if t.code_joined] == [
+        "health_endpoint",
+        "foo::bar",
+        "lib/db.ts",
+        "src/app/page.tsx",
+    ]
 
 
 def test_the_users_phrases_prefixes_and_only_stopwords(q):
