@@ -333,8 +333,10 @@ def ranked_messages(
     ) -> None:
         tier = main if tier is None else tier
         usable = schema.has_trigram if table == "messages_fts_trigram" else bool(schema.fts_columns)
-        code = [t for t in terms if t.code_joined]
-        for group, weight in (([t for t in terms if not t.code_joined], 1.0), (code, LITERAL_WEIGHT)):
+        plain, code = [], []
+        for term in terms:
+            (code if term.code_joined else plain).append(term)
+        for group, weight in ((plain, 1.0), (code, LITERAL_WEIGHT)):
             if not group:
                 continue
             rows = fts(table, " OR ".join(t.fts for t in group), group) if usable else None

@@ -34,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import attribution
 from ..store import HermesDB, connect_readonly
@@ -79,11 +79,22 @@ class Scope:
         return self.identity.get("kind") == "home"
 
 
+class Inputs(NamedTuple):
+    """What a snapshot of every session's project depends on, read once per call
+    (:meth:`ProjectMap._token`): a change in any of them renews it."""
+
+    state: tuple | None  # state.db's data_version token
+    projects: tuple | None  # projects.db's
+    excluded_roots: tuple
+    facts_epoch: int  # git facts learnt since the process started
+    git_generation: int  # git answers given, for the current folder too
+
+
 @dataclass
 class Snapshot:
     """Every session's place, for one state of the data."""
 
-    token: tuple
+    token: Inputs
     roots: dict[str, str]  # session -> first session of its compression chain
     chains: dict[str, list[str]]  # first session -> every session of the chain, oldest first
     members: dict[tuple[str, str], dict[str, str]]  # scope key -> visible session -> conversation
@@ -207,6 +218,13 @@ class ProjectMap:
     def _excluded_roots(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         return self.db.env.excluded_roots()
 
+    def _refresh_for(self, token: Inputs | None) -> None:
+        """:meth:`_refresh_inputs` as of the call's ``token``, or of projects.db and git now."""
+        if token is None:
+            self._refresh_inputs(self.home.projects_watch.token(), self.probe.facts_epoch())
+        else:
+            self._refresh_inputs(token.projects, token.facts_epoch)
+
     def _refresh_inputs(self, projects_token: tuple | None, epoch: int) -> None:
         """Projects and excluded roots in canonical form; the identity memo survives while equal."""
         home = self.home
@@ -315,8 +333,8 @@ class ProjectMap:
             }
         return known, pending
 
-    def _token(self) -> tuple:
-        return (
+    def _token(self) -> Inputs:
+        return Inputs(
             self.home.state_watch.token(),
             self.home.projects_watch.token(),
             self._excluded_roots(),
@@ -326,17 +344,21 @@ class ProjectMap:
 
     # ------------------------------------------------------------------- snapshot
 
-    def snapshot(self, token: tuple | None = None) -> Snapshot:
+    def snapshot(self, token: Inputs | None = None) -> Snapshot:
         """Every session's project, rebuilt only when something it depends on changed."""
         home = self.home
         with home.lock:
             token = token or self._token()
             if home.snapshot is not None and home.snapshot.token == token:
                 return home.snapshot
-            self._refresh_inputs(token[1], token[3])
+            self._refresh_for(token)
             links = self.db.session_links()
             previous = home.snapshot
-            if previous is not None and previous.token[1:] == token[1:] and previous.links == links:
+            if (
+                previous is not None
+                and previous.token._replace(state=token.state) == token
+                and previous.links == links
+            ):
                 # Only messages changed (every turn of a conversation writes some): the session
                 # rows, and so every project, are as they were; attribution is spared, reading the
                 # rows to know it is not.
@@ -385,11 +407,10 @@ class ProjectMap:
 
     # ------------------------------------------------------------------- questions
 
-    def identity(self, row: dict[str, Any], token: tuple | None = None) -> dict[str, Any]:
+    def identity(self, row: dict[str, Any], token: Inputs | None = None) -> dict[str, Any]:
         """The project of one row, asking git now if its folder needs it (never pending)."""
         with self.home.lock:
-            token = token or self._token()
-            self._refresh_inputs(token[1], token[3])
+            self._refresh_for(token or self._token())
             pair = (row.get("cwd"), row.get("git_repo_root"))
             known, _ = self._canonical([], [pair])
             return self._identity(known[pair])
@@ -417,7 +438,7 @@ class ProjectMap:
             identity = self.identity(current, token)
             if identity["kind"] == "home":
                 return Scope(identity=identity, current=current, session_ids=[], pending=len(self.unsure))
-            if self.probe.generation != token[4]:  # git answered for the current folder just now
+            if self.probe.generation != token.git_generation:  # git answered for the current folder just now
                 token = self._token()
             snap = self.snapshot(token)
         own = snap.roots.get(current["id"], current["id"])
@@ -443,10 +464,10 @@ class ProjectMap:
             conversation_of=conversation_of,
             pending=len(snap.pending) + (1 if self.unsure else 0),
             folders=self.folders_of(identity, token),
-            data_token=token[0],
+            data_token=token.state,
         )
 
-    def folders_of(self, identity: dict[str, Any], token: tuple | None = None) -> list[str]:
+    def folders_of(self, identity: dict[str, Any], token: Inputs | None = None) -> list[str]:
         """The folders a project spans now, as consent records what it covered: an explicit
         project's folders in projects.db, an automatic repo's root. ``token``: the call's
         (:meth:`_token`), when it has read one."""
@@ -455,10 +476,7 @@ class ProjectMap:
         if identity.get("kind") != "explicit":
             return []
         with self.home.lock:  # read with the inputs, once per change of projects.db
-            if token is None:
-                self._refresh_inputs(self.home.projects_watch.token(), self.probe.facts_epoch())
-            else:
-                self._refresh_inputs(token[1], token[3])
+            self._refresh_for(token)
             return list(self.home.folders.get(str(identity.get("id")), ()))
 
     def groups(self) -> list[dict[str, Any]]:
