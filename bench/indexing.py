@@ -189,7 +189,7 @@ def stats() -> None:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "phr_bench", world.REPO / "__init__.py", submodule_search_locations=[str(world.REPO)]
+        "phr_bench", world.PLUGIN_DIR / "__init__.py", submodule_search_locations=[str(world.PLUGIN_DIR)]
     )
     package = importlib.util.module_from_spec(spec)
     sys.modules["phr_bench"] = package

@@ -34,7 +34,9 @@ TUNABLES = {
 
 def plugin_defaults() -> Any:
     """``EmbeddingSettings()`` from the plugin's config_schema.py, read without loading the plugin."""
-    spec = importlib.util.spec_from_file_location("_phr_config_schema", REPO / "config_schema.py")
+    spec = importlib.util.spec_from_file_location(
+        "_phr_config_schema", REPO / "project-history-recall" / "config_schema.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)

@@ -57,16 +57,20 @@ def load_module(name: str, path: Path) -> ModuleType:
     return module
 
 
-def load_old() -> tuple[ModuleType, str]:
-    for relative in ("text/redaction.py", "redaction.py"):
-        if (ROOT / relative).exists():
-            return load_module("_old_redaction", ROOT / relative), relative
-    source = subprocess.run(
-        ["git", "-C", str(ROOT), "show", "HEAD:redaction.py"], capture_output=True, text=True, check=True
-    ).stdout
-    module = ModuleType("_old_redaction")
-    exec(compile(source, "HEAD:redaction.py", "exec"), module.__dict__)
-    return module, "HEAD:redaction.py"
+def load_old(revision: str) -> tuple[ModuleType, str]:
+    """The redaction module of an earlier revision, to compare with (written to a temporary file
+    and imported: the plugin moved into its own folder, so both paths are tried)."""
+    import tempfile
+
+    for relative in ("project-history-recall/text/redact.py", "text/redact.py", "redaction.py"):
+        shown = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{revision}:{relative}"], capture_output=True, text=True
+        )
+        if shown.returncode == 0:
+            folder = Path(tempfile.mkdtemp(prefix="old-redaction-"))
+            (folder / "redact.py").write_text(shown.stdout, encoding="utf-8")
+            return load_module("_old_redaction", folder / "redact.py"), f"{revision}:{relative}"
+    raise SystemExit(f"no redaction module at revision {revision}")
 
 
 def tune_projects() -> set[str]:
@@ -154,10 +158,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="timing passes per module (best kept)")
     parser.add_argument("--context", type=int, default=60, help="characters shown either side of a span")
     parser.add_argument("--json", type=Path, help="write the figures here too")
+    parser.add_argument("--old", default="HEAD", help="git revision to compare with (default HEAD)")
     args = parser.parse_args()
 
-    new = load_module("_redact", ROOT / "text" / "redact.py")
-    old, old_name = load_old()
+    new = load_module("_redact", ROOT / "project-history-recall" / "text" / "redact.py")
+    old, old_name = load_old(args.old)
     corpus = load_module("_credentials", ROOT / "tests" / "credentials.py").CORPUS
     messages, questions = load_data()
     texts = [text for _, _, text in messages]

@@ -437,15 +437,19 @@ def rss_mib() -> float:
 def memory() -> dict[str, float]:
     """Resident memory now (``rss``), split into anonymous (``anon``: allocations) and file-backed
     pages (``file``: mapped files such as the matrix, shared with the page cache), and the peak,
-    MiB (Linux ``/proc/self/status``)."""
-    fields = {"VmRSS": "rss", "RssAnon": "anon", "RssFile": "file", "VmHWM": "peak"}
-    out = {}
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            name, _, value = line.partition(":")
-            if name in fields:
-                out[fields[name]] = int(value.split()[0]) / 1024
-    return out
+    MiB (psutil, which Hermes depends on; the peak from ``getrusage``)."""
+    import resource
+
+    import psutil
+
+    info = psutil.Process().memory_info()
+    mib = 1024 * 1024
+    return {
+        "rss": info.rss / mib,
+        "anon": (info.rss - info.shared) / mib,
+        "file": info.shared / mib,
+        "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # KiB on Linux
+    }
 
 
 def growth(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -983,13 +987,14 @@ def child(argv: list[str], **_: Any) -> dict:
 
 def baseline_source(rev: str) -> Path:
     target = world.CACHE / f"plugin-{rev}"
-    if not (target / "__init__.py").exists():
+    if not (target / "__init__.py").exists() and not (target / "project-history-recall").exists():
         target.mkdir(parents=True, exist_ok=True)
         archive = subprocess.run(
             ["git", "-C", str(world.REPO), "archive", rev], check=True, capture_output=True
         ).stdout
         subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
-    return target
+    folder = target / "project-history-recall"  # the plugin's folder since it left the repository root
+    return folder if (folder / "plugin.yaml").is_file() else target
 
 
 def run_child(args: argparse.Namespace) -> dict:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+PLUGIN_DIR = REPO / "project-history-recall"
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
@@ -121,7 +122,9 @@ def install(home: Path, source: Path | None = None) -> Path:
     target = home / "plugins" / PLUGIN_KEY
     if source is None:
         harness.install_plugin(home)
-        source = REPO
+        source = PLUGIN_DIR
+    elif (source / "project-history-recall" / "plugin.yaml").is_file():
+        return install(home, source / "project-history-recall")  # a checkout of the repository
     elif not (source / "plugin.yaml").is_file():  # what follows copies ``source`` and prunes by it
         raise SystemExit(f"not a plugin folder (no plugin.yaml): {source}")
     else:

@@ -28,6 +28,8 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# What Hermes installs: the plugin folder of the repository (`file://<clone>#project-history-recall`).
+PLUGIN_DIR = REPO / "project-history-recall"
 PLUGIN_KEY = "project-history-recall"
 PLUGIN_MODULE = "hermes_plugins.project_history_recall"
 VENV_BIN = Path(sys.executable).parent
@@ -59,7 +61,7 @@ _IGNORED = shutil.ignore_patterns(
 def install_plugin(home: Path) -> Path:
     """Copy the plugin into a Hermes home, as a user would clone it there."""
     target = home / "plugins" / PLUGIN_KEY
-    shutil.copytree(REPO, target, ignore=_IGNORED, dirs_exist_ok=True)
+    shutil.copytree(PLUGIN_DIR, target, ignore=_IGNORED, dirs_exist_ok=True)
     return target
 
 
@@ -113,8 +115,8 @@ def plugin():
 def plugin_modules() -> list[str]:
     """Dotted names of the plugin's modules and packages, relative to the package."""
     names = []
-    for path in sorted(REPO.rglob("*.py")):
-        relative = path.relative_to(REPO)
+    for path in sorted(PLUGIN_DIR.rglob("*.py")):
+        relative = path.relative_to(PLUGIN_DIR)
         skipped = relative.parts[0] in ("tests", "bench", "demo", ".venv", ".cache")
         if skipped or relative.name.startswith("."):
             continue

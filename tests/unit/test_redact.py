@@ -24,7 +24,7 @@ def _load(name: str, path: Path):
     return module
 
 
-redact = _load("_redact_under_test", REPO / "text" / "redact.py")
+redact = _load("_redact_under_test", REPO / "project-history-recall" / "text" / "redact.py")
 CORPUS = _load("_credentials", REPO / "tests" / "credentials.py").CORPUS
 P = redact.PLACEHOLDER
 HERMES = redact.hermes_prefix_patterns() is not None
@@ -85,14 +85,14 @@ def test_the_fallback_prefix_list_agrees_with_hermess_on_the_corpus():
 
 
 def test_hermess_list_is_read_at_first_use_not_at_import():
-    source = (REPO / "text" / "redact.py").read_text()
+    source = (REPO / "project-history-recall" / "text" / "redact.py").read_text()
     top_level_imports = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
     assert all("agent" not in line for line in top_level_imports)
 
 
 def test_hermess_switch_does_not_turn_redaction_off(monkeypatch):
     monkeypatch.setenv("HERMES_REDACT_SECRETS", "false")
-    fresh = _load("_redact_switch_off", REPO / "text" / "redact.py")
+    fresh = _load("_redact_switch_off", REPO / "project-history-recall" / "text" / "redact.py")
     assert fresh.redact_secrets("OPENAI_API_KEY=sk-" + "A1b2C3d4E5f6G7h8I9j0K1l2") == f"OPENAI_API_KEY={P}"
 
 

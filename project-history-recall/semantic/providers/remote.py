@@ -131,7 +131,12 @@ class OpenAICompatibleEmbedder(Counters):
         try:
             import openai
         except ImportError as exc:  # Hermes ships openai; this is a broken install.
-            raise EmbeddingUnavailable(f"the openai package is missing ({exc}); pip install openai") from None
+            from ...store import install_command
+
+            raise EmbeddingUnavailable(
+                f"the openai package is missing ({exc}); install it for Hermes's Python: "
+                f"{install_command('openai')}"
+            ) from None
         self._openai = openai
         self._settings = embedding
         self._voyage = embedding.provider == "voyage"

@@ -32,12 +32,22 @@ def _project_by_name(projects: list[dict[str, Any]], name: str) -> dict[str, Any
     return matches[0] if len(matches) == 1 else None
 
 
-def _project_not_found(projects: list[dict[str, Any]], project_id: str) -> dict[str, Any]:
-    """The spec's error, plus the projects the model can retry with (at most 20)."""
+def _project_not_found(
+    created: list[dict[str, Any]], projects: ProjectMap, project_id: str
+) -> dict[str, Any]:
+    """The spec's error, plus the projects the model can retry with (at most 20): the ones
+    created with ``hermes project create``, then the git repositories that hold conversations,
+    as search names them (``repo:<path>``)."""
+    listed = [{"id": p.get("id"), "name": p.get("name")} for p in created]
+    for group in projects.groups():
+        identity = group["identity"]
+        if identity.get("kind") == "auto":
+            key = str(identity.get("key") or "")
+            listed.append({"id": f"repo:{key}", "name": f"git repository {os.path.basename(key) or key}"})
     result: dict[str, Any] = {"success": False, "error": f"project not found: {project_id}"}
-    result["projects"] = [{"id": p.get("id"), "name": p.get("name")} for p in projects[:PROJECTS_LISTED]]
-    if len(projects) > PROJECTS_LISTED:
-        result["projects_not_listed"] = len(projects) - PROJECTS_LISTED
+    result["projects"] = listed[:PROJECTS_LISTED]
+    if len(listed) > PROJECTS_LISTED:
+        result["projects_not_listed"] = len(listed) - PROJECTS_LISTED
     return result
 
 
@@ -94,7 +104,7 @@ def move_session(
         if project_id.startswith("repo:") or REPO_KEY.fullmatch(project_id):
             repo = _repository(projects, project_id)
             if repo is None:
-                return _project_not_found(db.projects(), echo(project_id))
+                return _project_not_found(db.projects(), projects, echo(project_id))
             target, name = repo["key"], f"repository {repo['key']}"
             if not os.path.isdir(target):
                 return {"success": False, "error": f"project folder not found: {target}"}
@@ -103,7 +113,7 @@ def move_session(
         elif project_id:
             project = db.project(project_id) or _project_by_name(db.projects(), project_id)
             if project is None:
-                return _project_not_found(db.projects(), echo(project_id))
+                return _project_not_found(db.projects(), projects, echo(project_id))
             target, name = primary_folder(project), project.get("name") or project_id
             if not target or not os.path.isdir(target):
                 return {"success": False, "error": f"project folder not found: {target or '(none)'}"}

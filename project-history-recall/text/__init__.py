@@ -4,11 +4,20 @@ characters removed, snippets bounded. Pure functions, shared by the keyword and 
 from __future__ import annotations
 
 from .clean import SNIPPET_CHARS, clean_title, echo, make_snippet, without_controls
-from .redact import redact_secrets, scrub_error
+from .redact import char_set, redact_secrets, scrub_error
 
 #: Kana, CJK ideographs (with extensions and compatibility forms) and Hangul: the scripts
 #: written without spaces, where one character is about one token.
-CJK_CHARS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ebef"
+CJK_CHARS = char_set(
+    (
+        (0x3040, 0x30FF),
+        (0x3400, 0x4DBF),
+        (0x4E00, 0x9FFF),
+        (0xAC00, 0xD7AF),
+        (0xF900, 0xFAFF),
+        (0x20000, 0x2EBEF),
+    )
+)
 
 __all__ = [
     "CJK_CHARS",

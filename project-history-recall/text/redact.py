@@ -80,44 +80,187 @@ from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
 
 PLACEHOLDER = "[redacted]"
 
-__all__ = ("PLACEHOLDER", "RULES", "explain", "redact_secrets", "scrub_error")
+__all__ = ("PLACEHOLDER", "RULES", "char_set", "explain", "redact_secrets", "scrub_error")
 
 # --------------------------------------------------------------------------- the normalised view
+
+
+def char_set(points: Iterable[int | tuple[int, int]]) -> str:
+    """The inside of a ``[...]`` set matching ``points``, ``(first, last)`` pairs or single code
+    points: ``char_set([(0x41, 0x5A), 0x5F])`` is ``"A-Z_"``, each character escaped.
+
+    Unicode tables are kept as numbers, not strings of ``\\u`` escapes: they read as the
+    standard's tables do, and Hermes's install scan takes long escape chains for obfuscation (one
+    finding per line, shown to the user who installs). Here because this module loads on its own
+    (benchmarks load it by path); the other text modules import it from here."""
+    parts = []
+    for point in points:
+        first, last = point if isinstance(point, tuple) else (point, point)
+        one = re.escape(chr(first))
+        parts.append(one if first == last else f"{one}-{re.escape(chr(last))}")
+    return "".join(parts)
+
 
 #: Dropped from the view: format characters (Unicode 14 ``Cf``: soft hyphen, zero-width space and
 #: joiners, word joiner, BOM, bidi controls, tags) and invisible marks and fillers (combining
 #: grapheme joiner, variation selectors, Mongolian selectors, Hangul fillers, Khmer inherent vowels).
-DROPPED_CHARACTERS = (
-    "\xad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u115f\u1160\u17b4\u17b5"
-    "\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufe00-\ufe0f\ufeff"
-    "\uffa0\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U00013438\U0001bca0-\U0001bca3"
-    "\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f\U000e0100-\U000e01ef"
+DROPPED_CHARACTERS = char_set(
+    (
+        0x00AD,
+        0x034F,
+        (0x0600, 0x0605),
+        0x061C,
+        0x06DD,
+        0x070F,
+        (0x0890, 0x0891),
+        0x08E2,
+        0x115F,
+        0x1160,
+        0x17B4,
+        0x17B5,
+        (0x180B, 0x180F),
+        (0x200B, 0x200F),
+        (0x202A, 0x202E),
+        (0x2060, 0x2064),
+        (0x2066, 0x206F),
+        0x3164,
+        (0xFE00, 0xFE0F),
+        0xFEFF,
+        0xFFA0,
+        (0xFFF9, 0xFFFB),
+        0x110BD,
+        0x110CD,
+        (0x13430, 0x13438),
+        (0x1BCA0, 0x1BCA3),
+        (0x1D173, 0x1D17A),
+        0xE0001,
+        (0xE0020, 0xE007F),
+        (0xE0100, 0xE01EF),
+    )
 )
 #: Non-ASCII ranges in which every character is its own NFKC form and none is dropped (Latin,
 #: Greek, Cyrillic, Hebrew, Arabic, Devanagari, Thai letters, quotes, symbols, kana, CJK ideographs,
 #: Hangul, emoji): a text's other non-ASCII characters are normalised one by one.
 #: tests/unit/test_redact.py checks both lists against the running Python's ``unicodedata``.
-STABLE_CHARACTERS = (
-    "\u0080-\u009f\u00a1-\u00a7\u00a9\u00ab-\u00ac\u00ae\u00b0-\u00b1\u00b6-\u00b7\u00bb"
-    "\u00bf-\u0131\u0134-\u013e\u0141-\u0148\u014a-\u017e\u0180-\u01c3\u01cd-\u01f0\u01f4-\u024f"
-    "\u0370-\u0373\u0375-\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1"
-    "\u03a3-\u03cf\u03d7-\u03ef\u03f3\u03f6-\u03f8\u03fa-\u052f\u0591-\u05c7\u05d0-\u05ea"
-    "\u05ef-\u05f4\u0606-\u061b\u061d-\u0674\u0679-\u06dc\u06de-\u06ff\u0900-\u0957\u0960-\u097f"
-    "\u0e01-\u0e32\u0e34-\u0e3a\u0e3f-\u0e5b\u1e00-\u1e99\u1e9c-\u1eff\u2010\u2012-\u2016"
-    "\u2018-\u2023\u2027-\u2029\u2030-\u2032\u2035\u2038-\u203b\u203d\u203f-\u2046\u204a-\u2056"
-    "\u2058-\u205e\u20a0-\u20a7\u20a9-\u20c0\u20d0-\u20f0\u2190-\u222b\u222e\u2231-\u2328"
-    "\u232b-\u2426\u2440-\u244a\u24eb-\u2a0b\u2a0d-\u2a73\u2a77-\u2adb\u2add-\u2b73\u2b76-\u2b95"
-    "\u2b97-\u2bff\u3001-\u3035\u3037\u303b-\u303f\u3041-\u3096\u3099-\u309a\u309d-\u309e"
-    "\u30a0-\u30fe\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7a3\ue000-\uf8ff\ufffd\U0001f000-\U0001f02b"
-    "\U0001f030-\U0001f093\U0001f0a0-\U0001f0ae\U0001f0b1-\U0001f0bf\U0001f0c1-\U0001f0cf"
-    "\U0001f0d1-\U0001f0f5\U0001f10b-\U0001f10f\U0001f12f\U0001f150-\U0001f169"
-    "\U0001f16d-\U0001f18f\U0001f191-\U0001f1ad\U0001f1e6-\U0001f1ff\U0001f260-\U0001f265"
-    "\U0001f300-\U0001f6d7\U0001f6dd-\U0001f6ec\U0001f6f0-\U0001f6fc\U0001f700-\U0001f773"
-    "\U0001f780-\U0001f7d8\U0001f7e0-\U0001f7eb\U0001f7f0\U0001f800-\U0001f80b"
-    "\U0001f810-\U0001f847\U0001f850-\U0001f859\U0001f860-\U0001f887\U0001f890-\U0001f8ad"
-    "\U0001f8b0-\U0001f8b1\U0001f900-\U0001fa53\U0001fa60-\U0001fa6d\U0001fa70-\U0001fa74"
-    "\U0001fa78-\U0001fa7c\U0001fa80-\U0001fa86\U0001fa90-\U0001faac\U0001fab0-\U0001faba"
-    "\U0001fac0-\U0001fac5\U0001fad0-\U0001fad9\U0001fae0-\U0001fae7\U0001faf0-\U0001faf6"
+STABLE_CHARACTERS = char_set(
+    (
+        (0x0080, 0x009F),
+        (0x00A1, 0x00A7),
+        0x00A9,
+        (0x00AB, 0x00AC),
+        0x00AE,
+        (0x00B0, 0x00B1),
+        (0x00B6, 0x00B7),
+        0x00BB,
+        (0x00BF, 0x0131),
+        (0x0134, 0x013E),
+        (0x0141, 0x0148),
+        (0x014A, 0x017E),
+        (0x0180, 0x01C3),
+        (0x01CD, 0x01F0),
+        (0x01F4, 0x024F),
+        (0x0370, 0x0373),
+        (0x0375, 0x0377),
+        (0x037B, 0x037D),
+        0x037F,
+        0x0386,
+        (0x0388, 0x038A),
+        0x038C,
+        (0x038E, 0x03A1),
+        (0x03A3, 0x03CF),
+        (0x03D7, 0x03EF),
+        0x03F3,
+        (0x03F6, 0x03F8),
+        (0x03FA, 0x052F),
+        (0x0591, 0x05C7),
+        (0x05D0, 0x05EA),
+        (0x05EF, 0x05F4),
+        (0x0606, 0x061B),
+        (0x061D, 0x0674),
+        (0x0679, 0x06DC),
+        (0x06DE, 0x06FF),
+        (0x0900, 0x0957),
+        (0x0960, 0x097F),
+        (0x0E01, 0x0E32),
+        (0x0E34, 0x0E3A),
+        (0x0E3F, 0x0E5B),
+        (0x1E00, 0x1E99),
+        (0x1E9C, 0x1EFF),
+        0x2010,
+        (0x2012, 0x2016),
+        (0x2018, 0x2023),
+        (0x2027, 0x2029),
+        (0x2030, 0x2032),
+        0x2035,
+        (0x2038, 0x203B),
+        0x203D,
+        (0x203F, 0x2046),
+        (0x204A, 0x2056),
+        (0x2058, 0x205E),
+        (0x20A0, 0x20A7),
+        (0x20A9, 0x20C0),
+        (0x20D0, 0x20F0),
+        (0x2190, 0x222B),
+        0x222E,
+        (0x2231, 0x2328),
+        (0x232B, 0x2426),
+        (0x2440, 0x244A),
+        (0x24EB, 0x2A0B),
+        (0x2A0D, 0x2A73),
+        (0x2A77, 0x2ADB),
+        (0x2ADD, 0x2B73),
+        (0x2B76, 0x2B95),
+        (0x2B97, 0x2BFF),
+        (0x3001, 0x3035),
+        0x3037,
+        (0x303B, 0x303F),
+        (0x3041, 0x3096),
+        (0x3099, 0x309A),
+        (0x309D, 0x309E),
+        (0x30A0, 0x30FE),
+        (0x3400, 0x4DBF),
+        (0x4E00, 0x9FFF),
+        (0xAC00, 0xD7A3),
+        (0xE000, 0xF8FF),
+        0xFFFD,
+        (0x1F000, 0x1F02B),
+        (0x1F030, 0x1F093),
+        (0x1F0A0, 0x1F0AE),
+        (0x1F0B1, 0x1F0BF),
+        (0x1F0C1, 0x1F0CF),
+        (0x1F0D1, 0x1F0F5),
+        (0x1F10B, 0x1F10F),
+        0x1F12F,
+        (0x1F150, 0x1F169),
+        (0x1F16D, 0x1F18F),
+        (0x1F191, 0x1F1AD),
+        (0x1F1E6, 0x1F1FF),
+        (0x1F260, 0x1F265),
+        (0x1F300, 0x1F6D7),
+        (0x1F6DD, 0x1F6EC),
+        (0x1F6F0, 0x1F6FC),
+        (0x1F700, 0x1F773),
+        (0x1F780, 0x1F7D8),
+        (0x1F7E0, 0x1F7EB),
+        0x1F7F0,
+        (0x1F800, 0x1F80B),
+        (0x1F810, 0x1F847),
+        (0x1F850, 0x1F859),
+        (0x1F860, 0x1F887),
+        (0x1F890, 0x1F8AD),
+        (0x1F8B0, 0x1F8B1),
+        (0x1F900, 0x1FA53),
+        (0x1FA60, 0x1FA6D),
+        (0x1FA70, 0x1FA74),
+        (0x1FA78, 0x1FA7C),
+        (0x1FA80, 0x1FA86),
+        (0x1FA90, 0x1FAAC),
+        (0x1FAB0, 0x1FABA),
+        (0x1FAC0, 0x1FAC5),
+        (0x1FAD0, 0x1FAD9),
+        (0x1FAE0, 0x1FAE7),
+        (0x1FAF0, 0x1FAF6),
+    )
 )
 _DROPPED = re.compile(f"[{DROPPED_CHARACTERS}]")
 _MAYBE_CHANGED = re.compile(f"[^\\x00-\\x7f{STABLE_CHARACTERS}]")

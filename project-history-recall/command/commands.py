@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from ..store import command_line, hint
+from ..store import command_line, hermes_program, hint
 from .common import (
     CommandError,
     confirmed,
@@ -74,7 +74,8 @@ def grant(process: ProcessState, tokens: list[str], all_projects: bool, yes: boo
     problem = runtime.provider_problem(embedding, env.api_key(), settings.problems)
     if problem:
         raise CommandError(
-            f"semantic search cannot work yet ({problem}); run {runtime.setup_hint(embedding.provider)}"
+            f"semantic search cannot work yet ({problem}); "
+            f"run {runtime.setup_hint(embedding.provider, settings.provider_chosen)}"
         )
     print(f"Semantic search will send {WHAT_IS_SENT}")
     print(f"  of: {'; '.join(labels)}")
@@ -182,29 +183,54 @@ def uninstall(process: ProcessState, args: argparse.Namespace) -> int:
     return 0
 
 
+#: Where Hermes lists toolsets per platform once the user has saved a choice (``hermes tools
+#: disable/enable``): the toolset left there after the plugin is gone makes every later chat
+#: print "Unknown toolsets: project_history" (Hermes 0.19 to 0.22).
+TOOLSET_LISTS = ("platform_toolsets", "known_plugin_toolsets")
+
+
 def _forget_settings() -> None:
-    """The plugin's sections and list entries out of config.yaml, its key out of .env, with
-    Hermes's own readers and writers (as ``hermes config unset`` does)."""
+    """The plugin's sections and list entries out of config.yaml (its plugin entries and its
+    toolset in every platform's lists), its key out of .env, with Hermes's own readers and
+    writers (as ``hermes config unset`` does)."""
     from hermes_cli.config import get_config_path, remove_env_value
     from utils import atomic_yaml_write, fast_safe_load
 
-    from ..config_schema import API_KEY_ENV, PLUGIN_KEY
+    from ..config_schema import API_KEY_ENV
 
     path = get_config_path()
     if path.exists():
         with open(path, encoding="utf-8") as handle:
             config = fast_safe_load(handle) or {}
-        plugins = config.get("plugins") if isinstance(config, dict) else None
-        if isinstance(plugins, dict):
-            plugins.pop(PLUGIN_KEY, None)
-            entries = plugins.get("entries")
-            if isinstance(entries, dict):
-                entries.pop(PLUGIN_KEY, None)
-            for listed in ("enabled", "disabled"):
-                if isinstance(plugins.get(listed), list):
-                    plugins[listed] = [name for name in plugins[listed] if name != PLUGIN_KEY]
+        if isinstance(config, dict) and without_the_plugin(config):
             atomic_yaml_write(path, config, sort_keys=False)
     remove_env_value(API_KEY_ENV)
+
+
+def without_the_plugin(config: dict[str, Any]) -> bool:
+    """Remove the plugin's entries from a parsed config.yaml in place; True if any was there."""
+    from ..config_schema import PLUGIN_KEY, TOOLSET
+
+    changed = False
+    plugins = config.get("plugins")
+    if isinstance(plugins, dict):
+        changed |= plugins.pop(PLUGIN_KEY, None) is not None
+        entries = plugins.get("entries")
+        if isinstance(entries, dict):
+            changed |= entries.pop(PLUGIN_KEY, None) is not None
+        for listed in ("enabled", "disabled"):
+            if isinstance(plugins.get(listed), list) and PLUGIN_KEY in plugins[listed]:
+                plugins[listed] = [name for name in plugins[listed] if name != PLUGIN_KEY]
+                changed = True
+    for section in TOOLSET_LISTS:
+        platforms = config.get(section)
+        if not isinstance(platforms, dict):
+            continue
+        for platform, names in platforms.items():
+            if isinstance(names, list) and TOOLSET in names:
+                platforms[platform] = [name for name in names if name != TOOLSET]
+                changed = True
+    return changed
 
 
 # --------------------------------------------------------------------------- index
@@ -310,7 +336,7 @@ def search(process: ProcessState, args: argparse.Namespace) -> int:
     print(readable(result))
     if result.get("semantic_error"):
         print(
-            f"hermes project-history: semantic search unavailable: {result['semantic_error']}",
+            f"{hermes_program()} project-history: semantic search unavailable: {result['semantic_error']}",
             file=sys.stderr,
         )
         return 1 if args.mode != "keyword" else 0
@@ -327,6 +353,12 @@ def readable(result: dict[str, Any]) -> str:
         )
     if result.get("message"):
         lines.append(result["message"])
+        if result.get("sessions_in_scope") == 0 and not result.get("project"):  # in no project
+            lines.append(
+                "Run it inside a project's folder, or name one: --cwd DIR (a folder of the project) "
+                f"or --session ID (a conversation of it); {command_line('project-history', 'status')} "
+                "lists the projects."
+            )
     lines.extend(f"Note: {warning}" for warning in result.get("warnings", []))
     for number, hit in enumerate(result.get("results", []), start=1):
         lines.append(f"{number}. {hit.get('title') or '(untitled)'}  [{hit['when']}]  {hit['link']}")

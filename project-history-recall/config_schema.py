@@ -20,6 +20,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 PLUGIN_KEY = "project-history-recall"
+#: The toolset both tools register in (what `hermes tools list` shows and config.yaml lists).
+TOOLSET = "project_history"
 PROVIDERS = ("openai", "voyage", "local")
 #: The search tool's modes (spec §4.1): its schema, its argument check and the terminal's search.
 MODES = ("hybrid", "keyword", "semantic")

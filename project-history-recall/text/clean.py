@@ -6,17 +6,40 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from .redact import redact_secrets
+from .redact import char_set, redact_secrets
 
 SNIPPET_CHARS = 240
 
 
 #: Control (Cc), format (Cf) and surrogate (Cs) characters as of Unicode 14.0 (Python 3.11's
 #: ``unicodedata``; tests/unit/test_text.py checks it against the running Python).
-CONTROL_CHARACTERS = (
-    "\x00-\x1f\x7f-\x9f\xad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f"
-    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ud800-\udfff\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
-    "\U00013430-\U00013438\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f"
+CONTROL_CHARACTERS = char_set(
+    (
+        (0x0000, 0x001F),
+        (0x007F, 0x009F),
+        0x00AD,
+        (0x0600, 0x0605),
+        0x061C,
+        0x06DD,
+        0x070F,
+        (0x0890, 0x0891),
+        0x08E2,
+        0x180E,
+        (0x200B, 0x200F),
+        (0x202A, 0x202E),
+        (0x2060, 0x2064),
+        (0x2066, 0x206F),
+        (0xD800, 0xDFFF),
+        0xFEFF,
+        (0xFFF9, 0xFFFB),
+        0x110BD,
+        0x110CD,
+        (0x13430, 0x13438),
+        (0x1BCA0, 0x1BCA3),
+        (0x1D173, 0x1D17A),
+        0xE0001,
+        (0xE0020, 0xE007F),
+    )
 )
 _CONTROLS = re.compile(f"[{CONTROL_CHARACTERS}]")
 

@@ -195,7 +195,7 @@ def describe_failure(error: BaseException, env: HermesEnv) -> str:
         packages = ("onnxruntime", "tokenizers") if missing in ("onnxruntime", "tokenizers") else (missing,)
         return (
             f"{missing} is not installed for the Python that runs Hermes: run "
-            f"{runtime.setup_hint(env.settings.embedding.provider)}, "
+            f"{runtime.setup_hint(env.settings.embedding.provider, env.settings.provider_chosen)}, "
             f"or install it there: {install_command(*packages)}"
         )
     if isinstance(error, IndexUnavailable | EmbeddingUnavailable | WidthMismatch):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 from typing import TYPE_CHECKING
 
@@ -30,13 +31,14 @@ DESCRIPTION = (
     "Keyword search works without any of this; semantic search needs `setup` and your consent."
 )
 
+#: ``{hermes}``: the program the user runs (``hermes``, or ``hermesx`` for the 0.20 build).
 EPILOG = """getting started:
-  hermes project-history setup local --yes        install a local model (nothing leaves this machine)
-  hermes project-history allow --all-projects     agree to semantic search (or --project ID)
-  hermes project-history index --all-projects     build the index, with progress
-  hermes project-history search how did we fix the login timeout
+  {hermes} project-history setup local --yes        install a local model (nothing leaves this machine)
+  {hermes} project-history allow --all-projects     agree to semantic search (or --project ID)
+  {hermes} project-history index --all-projects     build the index, with progress
+  {hermes} project-history search how did we fix the login timeout
 
-`allow`/`revoke` record and withdraw your consent; they are not `hermes plugins enable/disable`
+`allow`/`revoke` record and withdraw your consent; they are not `{hermes} plugins enable/disable`
 (which turn the plugin itself on and off). `enable`/`disable` still work as their aliases."""
 
 logger = logging.getLogger(__name__)
@@ -45,7 +47,11 @@ logger = logging.getLogger(__name__)
 def setup_parser(parser: argparse.ArgumentParser) -> None:
     from . import setup
 
-    parser.epilog = EPILOG
+    # Usage lines and the epilog name the program the user typed (Hermes 0.20 names its parser
+    # "hermes project-history" when it runs as `hermesx`); set before the subcommands copy it.
+    program = _program_name()
+    parser.prog = f"{program} project-history"
+    parser.epilog = EPILOG.format(hermes=program)
     parser.set_defaults(project_history_help=parser.print_help)
     sub = parser.add_subparsers(dest="project_history_command", metavar="COMMAND")
 
@@ -98,7 +104,15 @@ def setup_parser(parser: argparse.ArgumentParser) -> None:
     search.add_argument("--json", action="store_true", help="print the tool's JSON result")
 
 
+def _program_name() -> str:
+    """``hermes`` or ``hermesx``: the running console script when it is one of Hermes's (cheap:
+    no import; ``store.hermes_program`` asks the installed entry points when it is not)."""
+    ran = os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else "").removesuffix(".exe")
+    return ran if re.fullmatch(r"hermes[a-z0-9_-]*", ran) else "hermes"
+
+
 def run(process: ProcessState, args: argparse.Namespace) -> int:
+    from ..store import hermes_program
     from . import commands, setup, status
     from .common import CommandError, describe
 
@@ -119,13 +133,14 @@ def run(process: ProcessState, args: argparse.Namespace) -> int:
         if print_help is not None:
             print_help()
         else:
-            print("usage: hermes project-history {setup,status,allow,revoke,index,search} ...")
+            print(f"usage: {hermes_program()} project-history {{setup,status,allow,revoke,index,search}} ...")
         return 0
+    name = f"{hermes_program()} project-history"  # how the user's messages are signed
     try:
         code = handler() or 0
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
     except (CommandError, setup.SetupError) as error:
-        print(f"hermes project-history: {error}", file=sys.stderr)
+        print(f"{name}: {error}", file=sys.stderr)
         code = 2
     except BrokenPipeError:  # `... | head -1`: the reader has gone; stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -134,8 +149,8 @@ def run(process: ProcessState, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         code = 130
     except Exception as error:  # one line for the user; the traceback goes to the log once
-        logger.warning("hermes project-history %s failed", args.project_history_command, exc_info=True)
-        print(f"hermes project-history: {describe(error)}", file=sys.stderr)
+        logger.warning("%s %s failed", name, args.project_history_command, exc_info=True)
+        print(f"{name}: {describe(error)}", file=sys.stderr)
         code = 1
     if code:
         raise SystemExit(code)

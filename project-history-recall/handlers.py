@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-TOOLSET = "project_history"
 
 #: What Hermes 0.20 lists for the tool in its deferred catalog (``tool_search``): the description's
 #: first sentence, cut at 60 characters. It must say when to use the tool.
