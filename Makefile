@@ -2,7 +2,7 @@
 #   make demo   set up, then show the plugin at work inside a real Hermes
 #   make test   set up, then run the test suite (what .ci/run calls)
 # and one for a developer's loop, once .venv exists:
-#   make check  ruff and the pure unit tests (tests/unit), in seconds
+#   make check  ruff, mypy and the unit tests (tests/unit: pure functions, a fake embedder), in seconds
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
@@ -26,6 +26,7 @@ test: setup models
 check: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	HYPOTHESIS_PROFILE=check $(BIN)/pytest tests/unit -q
 
 demo: setup models
@@ -34,6 +35,7 @@ demo: setup models
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 format: setup
 	$(BIN)/ruff format .

@@ -25,7 +25,8 @@ NEW_MODULES = (
     "search",
     "fulltext",
     "fulltext.query",
-    "fulltext.rank",
+    "fulltext.retrieval",
+    "ranking",
     "projects",
     "semantic",
     "semantic.consent",
@@ -186,6 +187,10 @@ def run_search(plugin: Any, query: str, mode: str, limit: int, session_id: str) 
     return plugin.search.run_search(query, mode, limit, session_id)
 
 
+def _first_of(owner: Any, *names: str) -> str:
+    return next(name for name in names if hasattr(owner, name))
+
+
 def timed_steps(plugin: Any) -> list[tuple[Any, str, str]]:
     """(owner, attribute, label) of the steps of a search ``scale.py`` times."""
     if is_new(plugin):
@@ -195,7 +200,8 @@ def timed_steps(plugin: Any) -> list[tuple[Any, str, str]]:
             (plugin.semantic.matrix, "top_messages", "top_messages"),
             (plugin.semantic.Semantic, "_bring_up_to_date", "index check"),
             (plugin.projects.ProjectMap, "resolve_scope", "resolve_scope"),
-            (plugin.search, "keyword_messages", "keyword"),
+            # keyword_signals since the ranking moved to ranking/ (keyword_messages before)
+            (plugin.search, _first_of(plugin.search, "keyword_signals", "keyword_messages"), "keyword"),
         ]
     return [
         (plugin.embedders, "make_embedder", "make_embedder (model load)"),

@@ -53,11 +53,16 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
             help=f"embedding.{name} (default: the plugin's)",
         )
     parser.add_argument(
+        "--policy",
+        default="",
+        help="ranking policy changes for this run, field=value joined by + (ranking.RankingPolicy)",
+    )
+    parser.add_argument(
         "--fusion",
         choices=("plugin", "message", "session"),
         default="plugin",
-        help="hybrid fusion: the plugin's own (default), the spec's message-level RRF, or session-level "
-        "RRF (bench/prototypes.py)",
+        help="hybrid fusion: the plugin's own (default; session-level RRF) or the spec's "
+        "message-level RRF (the policy's fuse_conversations off)",
     )
 
 
@@ -144,9 +149,35 @@ def embedding_config(args: argparse.Namespace) -> Iterator[tuple[str, dict[str, 
         yield cache_key(args), {**base_embedding(args.model, base_url), **overrides}
 
 
-def install_prototypes(args: argparse.Namespace) -> None:
-    """Bench-only structural variants (after the plugin is loaded)."""
-    import prototypes
-    import world
+def install_policy(plugin: Any, args: argparse.Namespace) -> Any:
+    """The ranking policy a bench run asks for, as this process's (``ProcessState.policy``, which
+    every search of the process ranks under): ``--fusion message`` switches conversation-level
+    fusion off. Returns the policy."""
+    from dataclasses import replace
 
-    prototypes.install_fusion(world.module("search"), getattr(args, "fusion", "plugin"))
+    state = plugin.process_state()
+    if getattr(args, "fusion", "plugin") == "message":
+        state.policy = replace(state.policy, fuse_conversations=False, label="message fusion")
+    if getattr(args, "policy", ""):
+        changes = policy_changes(args.policy, type(state.policy))
+        state.policy = replace(state.policy, **changes, label=args.policy)
+    return state.policy
+
+
+def policy_changes(text: str, policy_class: Any) -> dict[str, Any]:
+    """``a=1+b=false`` -> {"a": 1, "b": False}, typed as ``policy_class``'s fields."""
+    import dataclasses
+
+    kinds = {f.name: str(f.type) for f in dataclasses.fields(policy_class)}
+    changes: dict[str, Any] = {}
+    for part in text.split("+"):
+        key, _, raw = part.partition("=")
+        if key not in kinds:
+            raise SystemExit(f"unknown policy field {key!r}; fields: {', '.join(sorted(kinds))}")
+        if kinds[key] == "bool":
+            changes[key] = raw.lower() in ("1", "true", "yes", "on")
+        elif kinds[key] == "int":
+            changes[key] = int(raw)
+        else:
+            changes[key] = float(raw)
+    return changes

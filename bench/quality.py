@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> dict:
     with models_setup.embedding_config(args) as (key, embedding):
         built = world.build_home(key, conversations, rebuild=args.rebuild)
         plugin = world.activate(built.home)
-        models_setup.install_prototypes(args)
+        models_setup.install_policy(plugin, args)
         settings = world.configure(plugin, embedding if semantic_wanted else None)
         index = build_index(plugin, built, settings) if semantic_wanted else None
 

@@ -5,18 +5,19 @@
 
 Fusion settings do not change what the keyword path or the index return, so each question's
 keyword messages, query vector and in-scope vector matrix are computed once, through the loaded
-plugin's own functions (``fulltext.keyword_messages``, the process's ``MatrixCache.matrix``,
-``semantic.matrix.top_messages``, ``search.fuse_*``, ``search.best_per_session``), and every
-setting is a cheap recombination of them. It scores the fusion alone: issue 11's date promotion,
+plugin's own functions (``fulltext.keyword_signals``, the process's ``MatrixCache.matrix``,
+``semantic.matrix.nearest``, and the ranking's ``keyword_order``, ``semantic_order``, ``fuse`` and
+``one_per_conversation`` under a policy per setting), and every setting is a cheap recombination
+of them. It scores the fusion alone: issue 11's date promotion,
 relevance floor and clear-keyword-winner rule (``search.run_search``) are not applied, so its
 figures sit below ``quality.py``'s and ``--verify`` can disagree. ``--verify`` replays one
 setting through the tool dispatcher and checks the rankings are identical, so the sweep stands
 for the real path.
 
 Settings are chosen on the tune split (conv-26/30/41) and reported on the held-out check split
-(conv-42/43) and on all questions. Two fusions are scored (``bench/prototypes.py``): ``message``,
-the spec's RRF over message ids, and ``session``, RRF over each path's session order (the
-plugin's ``fuse_rankings`` since it adopted it); ``quality.py --fusion`` runs either end to end.
+(conv-42/43) and on all questions. Two fusions are scored: ``message``, the spec's RRF over
+message ids (the policy's ``fuse_conversations`` off), and ``session``, RRF over each path's
+conversation order (the plugin's); ``quality.py --fusion`` runs either end to end.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,6 @@ import layout
 import locomo
 import metrics
 import models_setup
-import prototypes
 import quality
 import world
 
@@ -52,7 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rrf-ks", default="0,1,2,5,10,20,60")
     parser.add_argument("--keyword-weights", default="1,1.5,2,3,4")
     parser.add_argument("--top-ks", default="10,20,50,100,200")
-    parser.add_argument("--strategies", default="message,session", help="fusions (bench/prototypes.py)")
+    parser.add_argument("--strategies", default="message,session", help="fusions: message, session")
     parser.add_argument("--show", type=int, default=15, help="rows of the ranked table")
     parser.add_argument("--verify", action="store_true", help="replay the chosen setting end to end")
     parser.add_argument("--json", type=Path)
@@ -60,19 +61,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 class Inputs:
-    """Per question: keyword rows, and semantic rows per top_k (via the plugin's functions)."""
+    """Per question: keyword signals, and semantic hits per top_k (via the plugin's functions)."""
 
     def __init__(
         self, plugin: Any, built: world.Built, settings: Any, questions: list[locomo.Question], top_ks
     ):
-        search, fulltext, matrix_math = plugin.search, plugin.fulltext, layout.matrix_math(plugin)
+        fulltext, matrix_math, ranking = plugin.fulltext, layout.matrix_math(plugin), plugin.ranking
         env = layout.env(plugin)
         embedder = layout.embedder(plugin, settings.embedding, env.api_key())
-        self.search = search
+        self.ranking, self.rank = ranking, plugin.ranking.rank
+        self.policy = plugin.process_state().policy.with_settings(settings.embedding)
         self.by_key = {(c, n): s for s, (c, n) in built.sessions.items()}
         self.own = {conv: {s for s, (c, _) in built.sessions.items() if c == conv} for conv in built.fresh}
-        self.keyword: list[list[dict]] = []
-        self.semantic: list[dict[int, list[dict]]] = []
+        self.keyword: list[list[Any]] = []  # ranking.Scored, in keyword order
+        self.semantic: list[dict[int, list[Any]]] = []
         started = time.perf_counter()
         with layout.open_db(plugin, env) as db:
             project_map = layout.project_map(plugin, db)
@@ -83,22 +85,26 @@ class Inputs:
                     c: layout.scope_matrix(plugin, db, store, fingerprint, s) for c, s in scopes.items()
                 }
             for q in questions:
-                found = scopes[q.conversation]
+                in_scope = scopes[q.conversation].conversation_of
                 reader = layout.fulltext_reader(plugin, db)
                 plan = fulltext.plan_query(q.text)
                 # As run_search: words nearly every conversation has are left out of the relaxed
                 # keyword pass and of the semantic query (fulltext.common_words).
-                common = fulltext.common_words(reader, plan, found.conversation_of)
-                self.keyword.append(
-                    fulltext.keyword_messages(reader, plan, found.conversation_of, LIMIT, leave_out=common)
-                )
+                common = fulltext.common_words(reader, plan, in_scope, self.policy)
+                signals = fulltext.keyword_signals(reader, plan, in_scope, self.policy, leave_out=common)
+                self.keyword.append(self.rank.keyword_order(signals, self.policy))
                 vector = embedder.embed_query(fulltext.without_words(q.text, common))
                 per_k = {}
                 for top_k in top_ks:
-                    hits = matrix_math.top_messages(matrices[q.conversation], vector, top_k)
-                    per_k[top_k] = [
-                        {"message_id": m, "session_id": s, "score": score} for m, s, _, score in hits
+                    hits, mean, background = matrix_math.nearest(matrices[q.conversation], vector, top_k)
+                    semantic = [
+                        ranking.SemanticHit(
+                            ranking.Message(m, s, in_scope[s]), score, chunk, mean, background
+                        )
+                        for m, s, chunk, score in hits
+                        if s in in_scope
                     ]
+                    per_k[top_k] = self.rank.semantic_order(semantic, self.policy)
                 self.semantic.append(per_k)
         self.seconds = time.perf_counter() - started
         self.questions = questions
@@ -116,16 +122,21 @@ class Inputs:
         return score
 
 
-def sessions_of(rows: list[dict]) -> list[str]:
+def sessions_of(hits: list[Any]) -> list[str]:
     seen: dict[str, None] = {}
-    for row in rows:
-        seen.setdefault(row["session_id"], None)
+    for hit in hits:
+        seen.setdefault(hit.message.session_id, None)
     return list(seen)
 
 
 def rankers(inputs: Inputs, strategy: str, k: int, wk: float, ws: float, top_k: int):
-    search = inputs.search
-    fuse = prototypes.FUSIONS[strategy](search)
+    policy = replace(
+        inputs.policy,
+        fuse_conversations=strategy != "message",
+        rrf_k=k,
+        keyword_weight=wk,
+        semantic_weight=ws,
+    )
 
     def keyword(i: int) -> list[str]:
         return sessions_of(inputs.keyword[i])[:LIMIT]
@@ -137,8 +148,9 @@ def rankers(inputs: Inputs, strategy: str, k: int, wk: float, ws: float, top_k: 
         kw, sem = inputs.keyword[i], inputs.semantic[i][top_k]
         if not sem:
             return keyword(i)
-        fused = fuse(kw, sem, k, wk, ws)
-        return [r["session_id"] for r in search.best_per_session(fused, LIMIT)]
+        needed = policy.evidence_needed(None)
+        fused = inputs.rank.fuse(kw, sem, policy, needed)
+        return [h.message.session_id for h in inputs.rank.one_per_conversation(fused, LIMIT)]
 
     return keyword, semantic, hybrid
 
@@ -197,12 +209,13 @@ def verify(plugin: Any, built: world.Built, inputs: Inputs, embedding: dict, ent
     """Replay ``entry`` through the tool dispatcher: the rankings must be identical."""
     fusion = {name: entry[name] for name in ("rrf_k", "keyword_weight", "semantic_weight", "top_k")}
     world.configure(plugin, {**embedding, **fusion})
-    search = world.module("search")
-    original = prototypes.install_fusion(search, entry["strategy"])
+    state = plugin.process_state()
+    original = state.policy
+    state.policy = replace(original, fuse_conversations=entry["strategy"] != "message")
     try:
         *_, asked = quality.ask(built, inputs.questions, "hybrid", LIMIT)
     finally:
-        search.fuse_rankings = original
+        state.policy = original
     _, _, hybrid = rankers(
         inputs, entry["strategy"], entry["rrf_k"], entry["keyword_weight"], 1.0, entry["top_k"]
     )
@@ -223,7 +236,6 @@ def main(argv: list[str] | None = None) -> dict:
     with models_setup.embedding_config(args) as (key, embedding):
         built = world.build_home(key, conversations)
         plugin = world.activate(built.home)
-        models_setup.install_prototypes(args)
         settings = world.configure(plugin, embedding)
         index = quality.build_index(plugin, built, settings)
         inputs = Inputs(plugin, built, settings, questions, top_ks)

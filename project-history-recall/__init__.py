@@ -50,6 +50,14 @@ class ProcessState:
         return ScopeIdRegisters()
 
     @cached_property
+    def policy(self) -> Any:
+        """The ranking's constants and rule switches (``ranking.RankingPolicy``): the default,
+        unless a test or a benchmark sets a variant."""
+        from .ranking import DEFAULT_POLICY
+
+        return DEFAULT_POLICY
+
+    @cached_property
     def semantic(self) -> Any:
         """Embedders, models, matrices, workers, the background indexer (``semantic.SemanticMemory``)."""
         from .semantic import SemanticMemory

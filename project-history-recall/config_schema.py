@@ -120,22 +120,6 @@ _RULES: dict[str, tuple[type, Any, str]] = {
 }
 
 
-# relevance_floor per model (docs/benchmarks.md): the lift below which a question asked in the
-# wrong project is told "nothing" while recall in the right project holds. Models whose
-# similarities spread wider need a higher floor; unknown models get the lowest measured value,
-# which suppresses least.
-RELEVANCE_FLOOR_BY_MODEL = (("minilm", 0.28), ("e5", 0.22))
-DEFAULT_RELEVANCE_FLOOR = 0.22
-
-
-def relevance_floor(embedding: EmbeddingSettings) -> float:
-    """The semantic lift hybrid search requires when no keyword hit is strong (0: no floor)."""
-    if embedding.relevance_floor >= 0:
-        return embedding.relevance_floor
-    name = embedding.model.casefold()
-    return next((floor for key, floor in RELEVANCE_FLOOR_BY_MODEL if key in name), DEFAULT_RELEVANCE_FLOOR)
-
-
 def _coerce(value: Any, kind: type) -> Any:
     """YAML and ``hermes config set`` give strings, ints and bools; accept the obvious spellings."""
     if kind is bool:

@@ -285,5 +285,15 @@ def world(plugin, tmp_path, monkeypatch) -> World:
     plugin.reset_process_state()
 
 
+def use_policy(plugin, **changes: Any) -> None:
+    """This process's ranking policy with ``changes`` (``ranking.RankingPolicy`` fields): how a
+    test switches a rule or moves a constant, instead of patching a module. The next test's
+    fresh process state starts from the default again."""
+    from dataclasses import replace
+
+    state = plugin.process_state()
+    state.policy = replace(state.policy, **changes)
+
+
 def session_ids(result: dict) -> list[str]:
     return [r["session_id"] for r in result.get("results", [])]

@@ -6,9 +6,10 @@ import importlib
 import os
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 
 import pytest
-from harness import World, new_session_id, session_ids
+from harness import World, new_session_id, session_ids, use_policy
 
 NO_PROJECT_CONTEXT = {
     "success": True,
@@ -834,27 +835,29 @@ def zookeeper_project(world) -> tuple[str, str, str]:
     return once, often, repo
 
 
-def test_a_conversation_that_keeps_coming_back_to_the_words_ranks_first(world, plugin, monkeypatch):
-    rank = plugin.fulltext.rank
+def test_a_conversation_that_keeps_coming_back_to_the_words_ranks_first(world, plugin):
     once, often, repo = zookeeper_project(world)
     now = world.session(repo)
     # The best single message is the short one; the conversation's other matches add up.
     assert session_ids(world.search(now, "zookeeper walrus", limit=2)) == [often, once]
-    monkeypatch.setattr(rank, "conversation_score", max)
+    use_policy(plugin, add_the_rest=False)
     assert session_ids(world.search(now, "zookeeper walrus", limit=2)) == [once, often]
 
 
-def test_a_large_project_ranks_by_the_messages_holding_every_word_when_enough_do(world, plugin, monkeypatch):
-    rank = plugin.fulltext.rank
+def test_a_large_project_ranks_by_the_messages_holding_every_word_when_enough_do(world, plugin):
     once, often, repo = zookeeper_project(world)
     partial = world.session(repo, [("user", "walrus walrus walrus"), ("assistant", "walrus")])
     now = world.session(repo)
     assert session_ids(world.search(now, "zookeeper walrus", limit=3)) == [often, once, partial]
-    monkeypatch.setattr(rank, "EVERY_WORD_FIRST_ABOVE", 2)  # three conversations: a large project
-    # Two conversations hold both words, as many as asked for: their messages with both rank alone.
+    # Three conversations: a large project. Two hold both words, as many as retrieval gathers:
+    # their messages with both rank alone, whatever the limit asked for.
+    use_policy(plugin, every_word_first_above=2, gather_conversations=2)
     assert session_ids(world.search(now, "zookeeper walrus", limit=2)) == [once, often]
-    # Three asked for, two found so: the OR ranking, every match's evidence, as above.
+    assert session_ids(world.search(now, "zookeeper walrus", limit=1)) == [once]
+    # Three gathered, two found so: the OR ranking, every match's evidence, as above, at any limit.
+    use_policy(plugin, gather_conversations=3)
     assert session_ids(world.search(now, "zookeeper walrus", limit=3)) == [often, once, partial]
+    assert session_ids(world.search(now, "zookeeper walrus", limit=2)) == [often, once]
 
 
 def test_a_date_in_the_query_brings_that_days_sessions_first(world):
@@ -1043,8 +1046,7 @@ def test_a_scope_is_loaded_by_its_second_search_not_by_the_second_pass_of_its_fi
 # --------------------------------------------------------------------- words every conversation has
 
 
-def test_a_word_nearly_every_conversation_has_does_not_decide_the_ranking(world, plugin, monkeypatch):
-    rank = plugin.fulltext.rank
+def test_a_word_nearly_every_conversation_has_does_not_decide_the_ranking(world, plugin):
     repo = world.folder("alpha")
     world.project("Alpha", repo)
     for i in range(10):  # "Orion" greets in every one of them, like a name or the project's own
@@ -1056,7 +1058,7 @@ def test_a_word_nearly_every_conversation_has_does_not_decide_the_ranking(world,
     now = world.session(repo)
     # 11 of the 12 conversations say "Orion": the other words decide.
     assert session_ids(world.search(now, "Orion flaky test", limit=1)) == [flaky]
-    monkeypatch.setattr(rank, "COMMON_SHARE", 1.0)  # nothing is common: the name's bm25 decides
+    use_policy(plugin, common_share=1.0)  # nothing is common: the name's bm25 decides
     assert session_ids(world.search(now, "Orion flaky test", limit=1)) == [decoy]
 
 
@@ -1068,7 +1070,8 @@ def test_common_words_need_enough_conversations_and_a_word_left(world, plugin, h
 
     def common(query: str, scope: list[str] | None = None) -> frozenset[str]:
         with full_text(plugin) as db:
-            return common_words(db, plan_query(query), {s: s for s in scope or sessions})
+            policy = plugin.ranking.DEFAULT_POLICY
+            return common_words(db, plan_query(query), {s: s for s in scope or sessions}, policy)
 
     assert common("orion deploys") == frozenset()  # 9 conversations: no statistic
     sessions += [world.session(repo, [("user", f"orion standup {i}")]) for i in range(3)]
@@ -1168,7 +1171,7 @@ def test_kept_conversation_counts_follow_how_the_sessions_are_grouped(world, plu
 def test_a_large_scope_judges_common_words_by_its_recent_conversations(world, plugin, hermes_db, monkeypatch):
     """More conversations than rank.COMMON_RECENT_CONVERSATIONS: a word in every one of the most
     recent is common, though it is in only 80 % of all (under COMMON_SHARE)."""
-    rank = plugin.fulltext.rank
+    common_words, policy = plugin.fulltext.common_words, plugin.ranking.DEFAULT_POLICY
     repo = world.folder("alpha")
     world.project("Alpha", repo)
     sessions = [world.session(repo, [("user", "an old note")]) for _ in range(50)]
@@ -1177,9 +1180,9 @@ def test_a_large_scope_judges_common_words_by_its_recent_conversations(world, pl
     in_scope = {sid: sid for sid in sessions}
     with full_text(plugin) as db:
         plan = plugin.fulltext.plan_query("heron migration")
-        assert rank.common_words(db, plan, in_scope) == {"heron"}
-        monkeypatch.setattr(rank, "COMMON_RECENT_CONVERSATIONS", 1000)
-        assert rank.common_words(db, plan, in_scope) == frozenset()
+        assert common_words(db, plan, in_scope, policy) == {"heron"}
+        wider = replace(policy, common_recent_conversations=1000)
+        assert common_words(db, plan, in_scope, wider) == frozenset()
 
 
 def test_a_gateway_alternating_two_large_projects_keeps_their_common_word_answers(
@@ -1189,7 +1192,7 @@ def test_a_gateway_alternating_two_large_projects_keeps_their_common_word_answer
     scope, and the recent conversations common_words counts in, which carry the answers). Two
     such projects searched in turn must keep all four: once both are loaded, no set is rebuilt
     and no word is counted again (fails with room for two sets only)."""
-    monkeypatch.setattr(plugin.fulltext.rank, "COMMON_RECENT_CONVERSATIONS", 10)
+    use_policy(plugin, common_recent_conversations=10)
     now = {}
     for name in ("alpha", "beta"):
         repo = world.folder(name)
@@ -1251,10 +1254,13 @@ def test_an_identifier_is_found_as_written_and_ranks_above_its_words(world):
     assert "SUPABASE_ACCESS_TOKEN" in result["results"][0]["snippet"]
 
 
-def test_a_key_as_written_outweighs_prose_about_its_words(world, plugin, monkeypatch):
+def test_a_key_as_written_outweighs_prose_about_its_words(world, plugin):
     """A configuration key's one match as written, in a config block, outweighs a message that
     talks about its words: the trigram table's bm25 of a message of code is small, and prose
-    matches the key's phrase as well (rank.LITERAL_WEIGHT)."""
+    matches the key's phrase as well (the policy's ``literal_weight``). Retrieval gathers two
+    conversations here, so that no fallback pass (Latin words as trigram substrings, read when
+    fewer conversations match than it gathers) adds to either: the rule alone decides."""
+    use_policy(plugin, gather_conversations=2)
     repo = world.folder("alpha")
     world.project("Alpha", repo)
     for topic in ("login form", "billing page", "search box", "docs build", "release notes", "cache layer"):
@@ -1272,7 +1278,7 @@ def test_a_key_as_written_outweighs_prose_about_its_words(world, plugin, monkeyp
     now = world.session(repo)
     question = "Where did we configure HEALTH_ENDPOINT, and to what?"
     assert session_ids(world.search(now, question, limit=2)) == [exact, prose]
-    monkeypatch.setattr(plugin.fulltext.rank, "LITERAL_WEIGHT", 1.0)
+    use_policy(plugin, literal_weight=1.0)
     assert session_ids(world.search(now, question, limit=2)) == [prose, exact]
 
 

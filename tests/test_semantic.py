@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from dataclasses import replace
 
 import pytest
 from embedding_server import EmbeddingServer
-from harness import session_ids
+from harness import session_ids, use_policy
 from models import minilm_model_dir
 
 KEYWORD_MISS = "authentication timeout"  # shares no word with the message below
@@ -222,7 +223,7 @@ def test_a_new_message_is_embedded_alone_with_its_predecessor(project, server):
 
 
 def test_hybrid_says_nothing_when_nothing_is_close(project, plugin, monkeypatch):
-    monkeypatch.setattr(plugin.semantic.matrix, "MIN_BACKGROUND_CHUNKS", 1)  # judge even this tiny project
+    use_policy(plugin, min_background_chunks=1)  # judge even this tiny project
     unrelated = project.search(
         project.current, "favourite pizza toppings for the summer party", mode="hybrid"
     )
@@ -303,38 +304,39 @@ def test_the_semantic_query_leaves_out_a_word_every_conversation_has(greeted, se
     assert session_ids(result)[0] == greeted.flaky
 
 
-def test_the_relevance_floor_judges_the_query_as_asked(greeted, server, plugin, monkeypatch):
-    search = plugin.search
-    monkeypatch.setattr(plugin.semantic.matrix, "MIN_BACKGROUND_CHUNKS", 1)  # judge even this small project
+def test_the_relevance_floor_judges_the_query_as_asked(greeted, server, plugin):
     asked = "Orion flaky"
+    # Nothing is strong enough here: no keyword match is evidence, no lift reaches the floor.
+    enable_semantic(plugin, relevance_floor=0.999)
+    use_policy(plugin, min_background_chunks=1, keyword_evidence=1e9, keyword_evidence_per_term=1e9)
     # The ranking embeds the query without "Orion"; when its rows fall short of the floor, the
-    # query as asked is judged too (its vector, and the keyword rows with "Orion").
-    monkeypatch.setattr(search, "has_evidence", lambda keyword, semantic_rows, floor, terms=None: False)
-    calls = []
-    monkeypatch.setattr(
-        search._Search, "evidence_as_asked", lambda self, question, *args: calls.append(question.text) or True
-    )
-    assert session_ids(greeted.search(greeted.current, asked, mode="hybrid"))[0] == greeted.flaky
-    assert calls == [asked]
-    assert _queries(server) == ["flaky"]
-    monkeypatch.setattr(search._Search, "evidence_as_asked", lambda *args: False)
+    # query as asked is judged too: its keyword rows with "Orion", then its own vector.
     result = greeted.search(greeted.current, asked, mode="hybrid")
     assert result["results"] == [] and "relevance floor" in result["message"]
+    assert _queries(server) == ["flaky", asked]
+    server.reset()
+    use_policy(plugin, floor_as_asked=False)  # the rule off: the ranking's own rows decide alone
+    result = greeted.search(greeted.current, asked, mode="hybrid")
+    assert result["results"] == [] and _queries(server) == ["flaky"]
 
 
-def test_evidence_as_asked_embeds_and_searches_the_whole_query(greeted, server, plugin, monkeypatch):
+def test_evidence_as_asked_embeds_and_searches_the_whole_query(greeted, server, plugin):
     search = plugin.search
-    monkeypatch.setattr(plugin.semantic.matrix, "MIN_BACKGROUND_CHUNKS", 1)
+    use_policy(plugin, min_background_chunks=1)
     process = plugin.process_state()
     env = plugin.store.HermesEnv.current()
     with plugin.store.HermesDB.open(env) as db:
         scope = plugin.projects.ProjectMap(db, process.projects).resolve_scope(greeted.current, "")
         asked = search._Search(process, env, db, scope, build=True, started=time.monotonic())
         question = asked.understand("Orion flaky", "hybrid", 3)
-        assert asked.evidence_as_asked(question, 1e-6, 2)
-        assert not asked.evidence_as_asked(question, 0.999, 2)
-        monkeypatch.setattr(search, "KEYWORD_EVIDENCE_PER_TERM", 0.0)  # any keyword row is evidence
-        assert asked.evidence_as_asked(question, 0.999, 2)
+        features = question.features()
+        base = asked.policy
+        asked.policy = replace(base, semantic_floor=1e-6)
+        assert asked.evidence_as_asked(question, features)
+        asked.policy = replace(base, semantic_floor=0.999)
+        assert not asked.evidence_as_asked(question, features)
+        asked.policy = replace(base, semantic_floor=0.999, keyword_evidence_per_term=0.0)  # any keyword row
+        assert asked.evidence_as_asked(question, features)
     assert _queries(server) == ["Orion flaky", "Orion flaky"]  # the third answered from keyword rows
 
 
@@ -347,7 +349,7 @@ def test_semantic_mode_stops_at_the_floor_and_every_result_shows_its_relevance(p
     assert all(0.0 <= r["relevance"] <= 1.0 for r in close["results"])
     assert close["results"][0]["relevance"] > close["results"][1]["relevance"]
 
-    monkeypatch.setattr(plugin.semantic.matrix, "MIN_BACKGROUND_CHUNKS", 1)  # judge even this tiny project
+    use_policy(plugin, min_background_chunks=1)  # judge even this tiny project
     close = project.search(project.current, "invoice export", mode="semantic", limit=3)
     assert session_ids(close) == [project.invoices]  # the session expiry conversation is no padding
     assert close["results"][0]["relevance"] >= 0.5
@@ -373,8 +375,7 @@ def semantic_weighted_up(plugin, server, monkeypatch) -> None:
         keyword_weight=1.0,
         semantic_weight=2.0,
     )
-    monkeypatch.setattr(plugin.search, "CLEAR_WINNER_RATIO", 10.0)
-    monkeypatch.setattr(plugin.search, "STRONG_WINNER_EVIDENCE", 1000.0)
+    use_policy(plugin, clear_winner_ratio=10.0, strong_winner_evidence=1000.0)
 
 
 def test_hybrid_keeps_first_the_only_conversation_holding_the_questions_identifier(
@@ -407,12 +408,11 @@ def test_hybrid_keeps_first_the_only_conversation_holding_the_questions_identifi
         return session_ids(project.search(project.current, question, mode="hybrid"))[0]
 
     assert first() == holder
-    sole_holder = plugin.search.sole_holder
-    monkeypatch.setattr(plugin.search, "sole_holder", lambda *args: None)
+    use_policy(plugin, sole_holder_wins=False)
     assert first() == holder
-    monkeypatch.setattr(plugin.search.Question, "names_exactly", False)
+    use_policy(plugin, exact_names_keep_keyword_order=False)
     assert first() == chooser
-    monkeypatch.setattr(plugin.search, "sole_holder", sole_holder)
+    use_policy(plugin, sole_holder_wins=True)
     assert first() == holder
 
 
@@ -451,5 +451,5 @@ def test_hybrid_keeps_the_keyword_order_for_a_question_quoting_an_error(project,
     assert session_ids(project.search(project.current, question, mode="keyword"))[:2] == [hit, neighbour]
     assert session_ids(project.search(project.current, question, mode="semantic"))[:2] == [neighbour, hit]
     assert session_ids(project.search(project.current, question, mode="hybrid"))[:2] == [hit, neighbour]
-    monkeypatch.setattr(plugin.search.Question, "names_exactly", False)
+    use_policy(plugin, exact_names_keep_keyword_order=False)
     assert session_ids(project.search(project.current, question, mode="hybrid"))[:2] == [neighbour, hit]

@@ -89,7 +89,7 @@ def grant(process: ProcessState, tokens: list[str], all_projects: bool, yes: boo
 
     def agree(consent: dict[str, Any] | None) -> dict[str, Any]:
         agreed, covered = refs, covers
-        if same_target(consent, embedding, env.profile) and not consent.get("disabled_at"):
+        if consent and same_target(consent, embedding, env.profile) and not consent.get("disabled_at"):
             agreed = [*consent.get("projects", []), *refs]
             covered = {**consent.get("covers", {}), **covers}
         when = time.strftime("%Y-%m-%dT%H:%M:%S%z")

@@ -33,7 +33,8 @@ class _Counting:
 
     def __init__(self, owner: IndexProgress, label: str, embedder: Any) -> None:
         self._owner, self._label, self._embedder = owner, label, embedder
-        self.done, self.total, self.started = 0, None, time.monotonic()
+        self.done, self.started = 0, time.monotonic()
+        self.total: int | None = None  # until build_index reports it
         self._task = owner._add(label)
         self._samples: deque[tuple[float, int]] = deque()  # (when, done) over the last RATE_WINDOW
 

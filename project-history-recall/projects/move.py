@@ -63,7 +63,7 @@ def home_target(env: Any, projects: Any) -> tuple[str, str] | tuple[None, str]:
     """
     configured = env.home_folder()
     home = str(Path.home())
-    claimed = []
+    claimed: list[str] = []
     folders = list(dict.fromkeys([configured, home]))
     for folder in folders:
         identity = projects.identity_of_folder(folder)

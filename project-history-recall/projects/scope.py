@@ -165,7 +165,7 @@ class HomeState:
         # Each project's folders as projects.db records them (what consent covered), by id.
         self.folders: dict[str, list[str]] = {}
         self.triples_key: tuple | None = None
-        self.triples: dict[tuple[str, str], Triple] = {}
+        self.triples: dict[tuple[str | None, str | None], Triple] = {}  # by recorded (cwd, root)
 
     def close(self) -> None:
         self.state_watch.close()
@@ -278,6 +278,7 @@ class ProjectMap:
         home = self.home
         identity = home.identities.get(triple)
         if identity is None:
+            assert home.index is not None  # every caller holds home.lock and ran _refresh_for first
             row = {"cwd": triple[0], "git_repo_root": triple[1], "git_worktree_root": triple[2]}
             identity = attribution.resolve_project(row, home.index, excluded=home.excluded)
             home.identities[triple] = identity
@@ -389,9 +390,9 @@ class ProjectMap:
                 if pair in pending_pairs:
                     pending.append(sid)
                     continue
-                key = key_of[pair]
-                if key is not None:
-                    members.setdefault(key, {})[sid] = conversation
+                project = key_of[pair]
+                if project is not None:
+                    members.setdefault(project, {})[sid] = conversation
             own = self.db.env.profile
             home.snapshot = Snapshot(
                 token=token,

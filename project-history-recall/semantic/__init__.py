@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..store import HermesDB, HermesEnv, SchemaCache, install_command, message_text
 from . import runtime
@@ -69,7 +69,7 @@ from .indexer import (
     pending_chunks,
     plan_check,
 )
-from .matrix import MatrixCache, ScopeMatrix, hits_with_lift, identity_file_key
+from .matrix import MatrixCache, ScopeMatrix, identity_file_key, nearest
 from .pacing import Pacing
 from .providers import IDENTITY_FILE as _IDENTITY_FILE
 from .providers import EmbeddingUnavailable, Providers, model_identity, remember_identity
@@ -229,7 +229,16 @@ def _writable(env: HermesEnv) -> None:
             raise PermissionError(errno.EACCES, "not writable", str(target))
 
 
-def scope_file_key(scope: Any) -> str:
+class SearchScope(Protocol):
+    """What the semantic side reads of a search's scope (``projects.Scope`` is one): the project,
+    its sessions that may be returned, and its folders now (what a consent covers)."""
+
+    identity: dict[str, Any]
+    session_ids: list[str]
+    folders: list[str]
+
+
+def scope_file_key(scope: SearchScope) -> str:
     """Which matrix file a scope's vectors live in: one per project."""
     return identity_file_key(scope.identity)
 
@@ -288,26 +297,34 @@ class Semantic:
 
     # ----------------------------------------------------------------------- search
 
-    def search(
-        self,
-        db: HermesDB,
-        scope: Any,
-        query: str,
-        run: bool,
-        build: bool = True,
-        started: float | None = None,
-    ) -> SemanticOutcome:
-        """Semantic rows for ``query`` in ``scope``, or the reason there are none. Never raises.
+    def state(self, db: HermesDB, scope: SearchScope) -> SemanticOutcome:
+        """What semantic search could do for ``scope`` now (keyword mode reports it): the gate,
+        and the index's state from a read-only look. Sends nothing, embeds nothing. Never raises."""
+        return self._gated(db, scope, "", run=False, build=False, started=time.monotonic())
 
-        With ``run`` the index is brought up to date within ``index_budget_seconds`` first and a
-        background thread takes the rest; without it (keyword mode) only the state is reported,
-        from a read-only look at the index. ``build=False`` (a terminal's search, whose process is
-        about to exit) searches a complete index only and starts no indexing.
+    def search_indexed(
+        self, db: HermesDB, scope: SearchScope, query: str, started: float | None = None
+    ) -> SemanticOutcome:
+        """Semantic rows for ``query`` from what is indexed already: no indexing is started (a
+        terminal's search, whose process is about to exit; a second look at a question). Never
+        raises."""
+        return self._gated(db, scope, query, run=True, build=False, started=started)
+
+    def refresh_and_search(
+        self, db: HermesDB, scope: SearchScope, query: str, started: float | None = None
+    ) -> SemanticOutcome:
+        """The index brought up to date within ``index_budget_seconds`` (a background thread takes
+        the rest), then semantic rows for ``query``, or the reason there are none. Never raises.
 
         ``started`` (``time.monotonic()``) is when the whole call began: the budget counts from
         there, so the imports, the provider's client and the scope's resolution a fresh process
         pays for on its first call are inside it, not added to it.
         """
+        return self._gated(db, scope, query, run=True, build=True, started=started)
+
+    def _gated(
+        self, db: HermesDB, scope: SearchScope, query: str, run: bool, build: bool, started: float | None
+    ) -> SemanticOutcome:
         started = time.monotonic() if started is None else started
         gate = self.gate(scope.identity, scope.folders)
         if gate != "ok":
@@ -315,9 +332,10 @@ class Semantic:
         return self._guarded(db, scope, query, run, build, started)
 
     def search_concurrently(
-        self, scope: Any, query: str, build: bool = True, started: float | None = None
+        self, scope: SearchScope, query: str, build: bool = True, started: float | None = None
     ) -> Future[SemanticOutcome]:
-        """:meth:`search` (``run=True``) on a worker thread, while the caller runs the keyword path.
+        """:meth:`refresh_and_search` (``build=False``: :meth:`search_indexed`) on a worker
+        thread, while the caller runs the keyword path.
 
         A hybrid search's two paths wait on different things: SQLite's FTS query, and the query
         embedding plus the matrix product (each releases the GIL). Side by side a hybrid search
@@ -363,7 +381,7 @@ class Semantic:
             return SemanticOutcome(status="unavailable", error=reason)
 
     def _guarded(
-        self, db: HermesDB, scope: Any, query: str, run: bool, build: bool, started: float
+        self, db: HermesDB, scope: SearchScope, query: str, run: bool, build: bool, started: float
     ) -> SemanticOutcome:
         try:
             return self._search(db, scope, query, run, build, started)
@@ -373,7 +391,7 @@ class Semantic:
             return SemanticOutcome(status="unavailable", error=reason)
 
     def _search(
-        self, db: HermesDB, scope: Any, query: str, run: bool, build: bool, started: float
+        self, db: HermesDB, scope: SearchScope, query: str, run: bool, build: bool, started: float
     ) -> SemanticOutcome:
         env, memory = self.env, self.memory
         embedding = env.settings.embedding
@@ -444,12 +462,12 @@ class Semantic:
         framing: Framing,
         coverage: tuple[int, int] | None = None,
     ) -> SemanticOutcome:
-        hits, mean, has_background = hits_with_lift(matrix, query_vector, self.env.settings.embedding.top_k)
-        rows = _rows(db, hits, mean, has_background)
+        hits, mean, background = nearest(matrix, query_vector, self.env.settings.embedding.top_k)
+        rows = _rows(db, hits, mean, background)
         return SemanticOutcome(rows=rows, status=status, framing=framing, coverage=coverage)
 
     def _bring_up_to_date(
-        self, db: HermesDB, scope: Any, embedder: Any, framing: Framing, deadline: float
+        self, db: HermesDB, scope: SearchScope, embedder: Any, framing: Framing, deadline: float
     ) -> tuple[IndexStore, str, dict[str, tuple[int, int]] | None]:
         """The one IndexStore of this search, the index state after inline work up to ``deadline``,
         and the scope's active totals when the check computed them.
@@ -515,7 +533,7 @@ class Semantic:
         return store, "indexing", plan.active_totals
 
     def _status_without_work(
-        self, db: HermesDB, store: IndexStore, fingerprint: str, framing: Framing, scope: Any
+        self, db: HermesDB, store: IndexStore, fingerprint: str, framing: Framing, scope: SearchScope
     ) -> str:
         env, memory = self.env, self.memory
         session_ids = scope.session_ids
@@ -643,26 +661,19 @@ def _check_width(store: IndexStore, fingerprint: str, query_vector: Any) -> None
 
 
 def _rows(
-    db: HermesDB,
-    hits: list[tuple[int, str, int, float]],
-    mean: float | None = None,
-    has_background: bool = False,
+    db: HermesDB, hits: list[tuple[int, str, int, float]], mean: float, background: int
 ) -> list[dict[str, Any]]:
-    """The hit messages, each with the index of the chunk the model matched (``matched_chunk``)
-    and its ``lift``: how far the hit lies from the query's mean similarity over the scope towards
-    1. Unlike the raw cosine it has a similar range across models (``search.has_evidence``); None
-    when the scope is too small for its mean to be a background, where ``approximate_lift`` (the
-    same against a mean the hit weighs in) is only shown, never a reason to leave a hit out."""
+    """The hit messages, each with its best chunk's cosine (``score``), which chunk the model
+    matched (``matched_chunk``), and the scope's background for the query (its ``mean`` cosine over
+    ``background`` chunks), from which the ranking measures lift (``ranking.rank.with_lift``)."""
     messages = db.messages_by_id(hit[0] for hit in hits)
-    measurable = mean is not None and mean < 1.0
-    usable = has_background and measurable
     return [
         {
             **messages[message_id],
             "score": score,
-            "lift": (score - mean) / (1.0 - mean) if usable else None,
-            "approximate_lift": (score - mean) / (1.0 - mean) if measurable else None,
             "matched_chunk": chunk_index,
+            "mean": mean,
+            "background": background,
         }
         for message_id, _, chunk_index, score in hits
         if message_id in messages

@@ -176,7 +176,7 @@ def consent_record(
     """What the user agreed to: this provider, endpoint and model, for these projects, each as far
     as its folders reached then (``covers``: project -> folders; spec §五.4 asks again when a
     project's scope grows)."""
-    record = {
+    record: dict[str, Any] = {
         **_target(embedding, profile),
         "projects": sorted(set(projects)),
         "confirmed_at": confirmed_at,

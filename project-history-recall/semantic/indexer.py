@@ -19,7 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..store import EMPTY_TOTALS, ChunkKey, HermesDB, HermesEnv, SchemaCache, SessionMark, message_text
 from .chunking import (
@@ -35,6 +35,9 @@ from .index_store import BACKGROUND_BUSY_SECONDS, LOCK_RETRY_SECONDS, IndexStore
 from .matrix import identity_file_key
 from .pacing import EndpointFailing, Pacing, embedding_order
 from .providers import EmbeddingRejected, EmbeddingTimeout, EmbeddingUnavailable
+
+if TYPE_CHECKING:
+    from . import SearchScope
 
 logger = logging.getLogger(__name__)
 
@@ -181,7 +184,9 @@ class CompleteScopes:
         self._entries: dict[tuple[str, str, str], tuple[tuple, dict[str, tuple[int, int]]]] = {}
 
     @staticmethod
-    def _key(store: IndexStore, vectors: str, scope: Any) -> tuple[tuple[str, str, str], tuple] | None:
+    def _key(
+        store: IndexStore, vectors: str, scope: SearchScope
+    ) -> tuple[tuple[str, str, str], tuple] | None:
         token = getattr(scope, "data_token", None)
         if token is None:
             return None
@@ -189,7 +194,7 @@ class CompleteScopes:
         sessions = content_hash("\n".join(sorted(scope.session_ids)))
         return slot, (token, store.instance, store.generation, sessions)
 
-    def get(self, store: IndexStore, vectors: str, scope: Any) -> dict[str, tuple[int, int]] | None:
+    def get(self, store: IndexStore, vectors: str, scope: SearchScope) -> dict[str, tuple[int, int]] | None:
         key = self._key(store, vectors, scope)
         if key is None:
             return None
@@ -197,7 +202,9 @@ class CompleteScopes:
             entry = self._entries.get(key[0])
         return entry[1] if entry and entry[0] == key[1] else None
 
-    def put(self, store: IndexStore, vectors: str, scope: Any, totals: dict[str, tuple[int, int]]) -> None:
+    def put(
+        self, store: IndexStore, vectors: str, scope: SearchScope, totals: dict[str, tuple[int, int]]
+    ) -> None:
         key = self._key(store, vectors, scope)
         if key is not None:
             with self._lock:

@@ -149,6 +149,7 @@ def read(folder: Path, name: str, instance: str, fingerprint: str) -> Matrix | N
             or vectors_path.stat().st_size < count * width * 4
         ):
             return None
+        vectors: np.ndarray  # a read-only memory map, or an in-memory array when empty
         if count:
             rows = np.fromfile(rows_path, dtype=dtype, count=count)
             vectors = np.memmap(vectors_path, dtype="<f4", mode="r", shape=(count, width))
@@ -597,14 +598,10 @@ def top_messages(
     return list(picked.values())
 
 
-# Below this many in-scope chunks the query's mean similarity is no background to measure a hit
-# against (the hit itself weighs in it): no lift, no relevance floor.
-MIN_BACKGROUND_CHUNKS = 100
-
-
-def hits_with_lift(matrix: ScopeMatrix, query_vector: Any, top_k: int) -> tuple[list, float | None, bool]:
-    """:func:`top_messages` plus the scope's mean cosine, and whether the scope is large enough
-    (:data:`MIN_BACKGROUND_CHUNKS`) for that mean to be a background."""
+def nearest(matrix: ScopeMatrix, query_vector: Any, top_k: int) -> tuple[list, float, int]:
+    """:func:`top_messages`, the scope's mean cosine for the query and how many chunks that mean
+    averages: the background the ranking measures a hit's lift against
+    (``ranking.rank.with_lift``; too few chunks, and there is none)."""
     stats: dict[str, float] = {}
     hits = top_messages(matrix, query_vector, top_k, stats)
-    return hits, stats.get("mean", 0.0), stats.get("count", 0) >= MIN_BACKGROUND_CHUNKS
+    return hits, stats.get("mean", 0.0), int(stats.get("count", 0))

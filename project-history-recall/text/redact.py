@@ -873,6 +873,7 @@ def _header(scan: _Scan, spans: Spans) -> None:
 def _authorization(view: str, at: int, spans: Spans) -> None:
     """The credential of an ``Authorization:`` header whose value starts at ``at``."""
     head = _AUTH_SCHEME.match(view, at)
+    assert head is not None  # every part of the pattern is optional: it matches at any position
     start = head.end()
     scheme = (head.group("scheme") or "").lower()
     if scheme == "digest":  # parameters: to the closing quote or the end of the line

@@ -1,5 +1,7 @@
 """The fast tier (`make check`): the plugin's pure functions, imported straight from this folder
-as a package, without booting Hermes. Nothing here reads a Hermes home or starts a process."""
+as a package, without booting Hermes. Nothing here starts a process or reaches the network; the
+semantic index's tests (test_semantic_store.py) write a temporary Hermes home with Hermes's own
+``SessionDB`` and embed with a deterministic fake (fakes.py)."""
 
 from __future__ import annotations
 
@@ -45,3 +47,33 @@ def phr():
     modules = Modules()
     modules.package = package
     return modules
+
+
+# --------------------------------------------------------------------------- the semantic side's stand-ins
+
+
+@pytest.fixture
+def fake_embedder():
+    """A factory of deterministic embedders (``fakes.HashEmbedder``): no model, no network."""
+    from unit.fakes import HashEmbedder
+
+    return HashEmbedder
+
+
+@pytest.fixture(scope="session")
+def blank_state_db(tmp_path_factory):
+    """An empty state.db with the schema Hermes's ``SessionDB`` writes, made once per run."""
+    from hermes_state import SessionDB
+
+    path = tmp_path_factory.mktemp("blank-state") / "state.db"
+    SessionDB(db_path=path).close()
+    assert not path.with_name("state.db-wal").exists()  # closed whole: the file alone is the database
+    return path
+
+
+@pytest.fixture
+def hermes_home(tmp_path, monkeypatch):
+    """A temporary ``HERMES_HOME`` (not created): where a test's ``fakes.History`` goes."""
+    home = tmp_path / "hermes-home"
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    return home

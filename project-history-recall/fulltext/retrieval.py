@@ -1,0 +1,408 @@
+"""Keyword retrieval: which messages of the scope match the query and what each of the query's
+passes contributed to them (:func:`keyword_signals`, read for ``ranking.rank`` to weigh), which of
+the query's words nearly every conversation has (:func:`common_words`), and the one conversation
+holding its exact phrases (:func:`sole_holder`). Reads go through :class:`reader.FullTextReader`;
+what and how much to read is the policy's (``ranking.RankingPolicy``).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..ranking import KeywordHit, KeywordSignals, Message, RankingPolicy
+from ..ranking.signals import PartKind
+from ..store import message_text
+from .query import KeywordQuery, KeywordTerm, QueryPlan, Term, as_written, bare_word, keyword_terms
+from .reader import FullTextReader
+
+logger = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------- words every conversation has
+
+
+def recent_conversations(in_scope: Mapping[str, str], count: int) -> dict[str, str]:
+    """The part of ``in_scope`` (oldest session first, as :class:`projects.ProjectMap` orders it)
+    that belongs to its ``count`` most recent conversations."""
+    recent: set[str] = set()
+    for conversation in reversed(list(in_scope.values())):
+        if len(recent) >= count and conversation not in recent:
+            break
+        recent.add(conversation)
+    return {sid: conversation for sid, conversation in in_scope.items() if conversation in recent}
+
+
+def common_words(
+    reader: FullTextReader, plan: QueryPlan, in_scope: Mapping[str, str], policy: RankingPolicy
+) -> frozenset[str]:
+    """The query's topical words (bare, :func:`bare_word`) that more than the policy's
+    ``common_share`` of the scope's conversations contain, as the relaxed pass searches them
+    (:meth:`QueryPlan.word_match`).
+
+    Such a word adds bm25 to every message that merely mentions it and pulls the query's vector
+    towards greetings; ranking by the other words finds the conversation that is about them
+    (docs/benchmarks.md). Nothing is left
+    out for queries with the user's operators, CJK queries, fewer than two topical words, scopes
+    under ``common_min_conversations`` conversations, or when every topical word is common. A
+    scope of more conversations than ``common_recent_conversations`` is judged by its most recent
+    ones. One unranked FTS read per topical word through the ids of the conversations judged
+    (:meth:`FullTextReader.in_conversations`).
+    """
+    if plan.has_operators or plan.has_cjk or not reader.schema.fts_columns:
+        return frozenset()
+    words: dict[str, Term] = {}
+    for term in plan.topical():
+        words.setdefault(bare_word(term.text), term)
+    if len(words) < 2:
+        return frozenset()
+    counted_in = recent_conversations(in_scope, policy.common_recent_conversations)
+    conversations = len(set(counted_in.values()))
+    if conversations < policy.common_min_conversations:
+        return frozenset()
+    needed = int(policy.common_share * conversations) + 1
+    common = set()
+    for word, term in words.items():
+        try:
+            if reader.in_conversations("messages_fts", QueryPlan.word_match(term), counted_in, needed):
+                common.add(word)
+        except sqlite3.OperationalError:
+            if reader.out_of_time:  # not judged in time: nothing is left out
+                return frozenset()
+            continue
+    return frozenset(common) if len(common) < len(words) else frozenset()
+
+
+def sole_holder(
+    reader: FullTextReader, plan: QueryPlan, in_scope: Mapping[str, str], query: KeywordQuery | None = None
+) -> str | None:
+    """The one conversation of the scope with a message holding every exact phrase of the question
+    (its identifiers' phrases, ``MEDIUM_VALUE_SIGNALS``, and the user's quoted phrases), or None:
+    when none or several do, when the question has no phrase, or when FTS cannot say in time.
+
+    An identifier is what a developer's question is most precise about: a configuration key or
+    an error code found in one conversation only names it, where its other words ("which value
+    did we pick") are everywhere. Hybrid keeps that conversation first when keyword ranks it
+    first too (``search.keep_clear_keyword_winner``; docs/benchmarks.md). One unranked FTS read
+    that stops at the second conversation (:meth:`FullTextReader.conversations_with`), which loads
+    no scope for it: a fresh process's first search would pay that for one rare phrase.
+    ``query``: ``keyword_terms(plan)`` when the caller has it.
+    """
+    if plan.has_operators or not reader.schema.fts_columns:
+        return None
+    terms = (query or keyword_terms(plan)).terms
+    phrases = [t for t in terms if t.kind == "phrase" and t.table == "messages_fts"]
+    if not phrases:
+        return None
+    try:
+        match = " AND ".join(t.fts for t in phrases)
+        found = reader.conversations_with("messages_fts", match, in_scope, 2, load=False)
+    except sqlite3.OperationalError:
+        if not reader.out_of_time:
+            logger.debug("phrase query failed", exc_info=True)
+        return None
+    return next(iter(found)) if len(found) == 1 else None
+
+
+def only_in_text(terms: Sequence[KeywordTerm], text: str, meta: str) -> float:
+    """The share of a row's matching terms that match its text rather than only its tool-call
+    columns (Hermes's FTS tables index ``content || tool_name || tool_calls`` as one text): 0
+    when only the tool call matched (not a match), 1 when the tool call adds nothing."""
+    in_text = sum(1 for t in terms if t.occurs_in(text))
+    anywhere = sum(1 for t in terms if t.occurs_in(text) or t.occurs_in(meta))
+    return in_text / anywhere if anywhere else 0.0
+
+
+def _checked(reader: FullTextReader, rows: list[dict[str, Any]], terms: Sequence[KeywordTerm]) -> list[dict]:
+    """Rows whose match is in their text: a row that also carries tool-call columns keeps the
+    share of its bm25 that :func:`only_in_text` gives, and goes when that is 0."""
+    flagged = [row["message_id"] for row in rows if row.get("tool_meta")]
+    if not flagged:
+        return rows
+    texts = reader.tool_texts(flagged)
+    kept = []
+    for row in rows:
+        if row.get("tool_meta"):
+            text, meta = texts.get(row["message_id"], ("", ""))
+            share = only_in_text(terms, message_text(text), meta)
+            if not share:
+                continue
+            row = {**row, "rank": row["rank"] * share}
+        kept.append(row)
+    return kept
+
+
+def keyword_signals(
+    reader: FullTextReader,
+    plan: QueryPlan,
+    in_scope: Mapping[str, str],
+    policy: RankingPolicy,
+    *,
+    only_best: bool = False,
+    leave_out: frozenset[str] = frozenset(),
+) -> KeywordSignals:
+    """The scope's messages matching the query, for ``ranking.rank`` to weigh.
+
+    A question (no operators) is read by :func:`question_hits`; a query with the user's own
+    ``AND``/``OR``/``NOT`` by :func:`boolean_hits`, which keeps their meaning. ``only_best``:
+    only the first conversations' best messages matter (keyword mode), which lets the boolean
+    pass stop reading early. How far either reads never depends on the ``limit`` asked for: the
+    policy's ``gather_conversations`` (the largest limit), so a user asking for more results sees
+    the same first ones.
+    """
+    if not plan.terms or not in_scope:
+        return KeywordSignals()
+    if plan.has_operators:
+        return boolean_hits(reader, plan, in_scope, policy, only_best=only_best)
+    return question_hits(reader, plan, in_scope, policy, leave_out=leave_out)
+
+
+@dataclass
+class _Found:
+    """A message while the passes read it: the row first seen, and what each pass added."""
+
+    row: dict[str, Any]
+    conversation: str
+    parts: list[tuple[PartKind, float]] = field(default_factory=list)
+    like_share: float | None = None
+
+    def hit(self, tier: int) -> KeywordHit:
+        row = self.row
+        message = Message(
+            row["message_id"], row["session_id"], self.conversation, row.get("timestamp"), row.get("content")
+        )
+        return KeywordHit(message, tuple(self.parts), tier, self.like_share)
+
+
+def question_hits(
+    reader: FullTextReader,
+    plan: QueryPlan,
+    in_scope: Mapping[str, str],
+    policy: RankingPolicy,
+    *,
+    leave_out: frozenset[str] = frozenset(),
+) -> KeywordSignals:
+    """A question's matching messages, each with what each pass found in it.
+
+    The question's terms (:func:`query.keyword_terms`, without the ``leave_out`` words) are ORed,
+    one FTS query per table: words, stems and identifier phrases on ``messages_fts``, CJK 3-grams
+    and identifiers as written on ``messages_fts_trigram``, the ``scan_limit`` best rows of each.
+    A message gains its bm25 from both (an identifier written as code,
+    :attr:`KeywordTerm.code_joined`, is its own query, a ``code`` part) and a ``pairs`` part for
+    the two-character CJK words its text contains; LIKE finds those words when nothing else
+    matched, or, for the conversations not found yet, when too few matched. A match only in a
+    row's tool-call columns is no match (:func:`only_in_text`). An FTS error of any kind falls back
+    to LIKE: a search never fails because of its query.
+
+    In a project of more than ``every_word_first_above`` conversations, when enough of them
+    (``gather_conversations``) have a message holding every word of the question
+    (:meth:`KeywordQuery.every_word`, one AND query), those messages alone are read: their bm25 is
+    the OR ranking's for the same rows, and the OR query would score every message that has any of
+    the words (half a large project for a few common words), where the AND seeks through the
+    rarer words' lists as Hermes's own search does. A smaller project keeps every match's evidence.
+
+    When too few conversations match, conversations found only by the ``leave_out`` words follow
+    in a tier of their own (so recall at 10 is kept). When the question mixes CJK and Latin words,
+    or still too few conversations match, its Latin words are also searched as substrings in the
+    trigram table: unicode61 glues a word to CJK text around it (``修改youer服务端`` is one token).
+    A question with no term left (``_折``) is searched as written, with LIKE.
+    """
+    want = policy.gather_conversations
+    query = keyword_terms(plan, leave_out)
+    if not query.terms and leave_out:
+        query, leave_out = keyword_terms(plan), frozenset()
+    schema = reader.schema
+    if not query.terms:  # nothing but punctuation and single CJK characters ("_折"): as written
+        try:
+            rows = reader.like_messages(plan.needles(), list(in_scope), False, policy.scan_limit)
+        except sqlite3.OperationalError:
+            if not reader.out_of_time:
+                raise
+            return KeywordSignals(kind="as_written")
+        hits = tuple(_Found(row, in_scope[row["session_id"]]).hit(0) for row in rows)
+        return KeywordSignals(hits, "as_written")
+    main: dict[int, _Found] = {}
+    tiers = [main]
+
+    def conversations() -> set[str]:
+        return {found.conversation for tier in tiers for found in tier.values()}
+
+    def add(
+        tier: dict[int, _Found],
+        rows: Iterable[dict[str, Any]],
+        kind: PartKind,
+        new_only: bool,
+        like_terms: int = 0,
+    ) -> None:
+        known = conversations() if new_only else set()
+        for row in rows:
+            conversation = in_scope.get(row["session_id"])
+            if conversation is None or conversation in known:
+                continue
+            found = tier.setdefault(row["message_id"], _Found(row, conversation))
+            if kind != "like":
+                found.parts.append((kind, -float(row["rank"])))
+                continue
+            value = float(row.get("matched") or 1)
+            found.parts.append(("like", value))
+            if like_terms:
+                found.like_share = max(found.like_share or 0.0, value / like_terms)
+
+    def like(texts: Sequence[str]) -> list[dict[str, Any]]:
+        return reader.like_messages(list(texts), list(in_scope), False, policy.scan_limit)
+
+    def fts(table: str, match: str, terms: Sequence[KeywordTerm]) -> list[dict[str, Any]] | None:
+        """The best rows of ``match`` whose match is in their text; None when FTS5 refuses the
+        query (the deadline is raised)."""
+        try:
+            rows = reader.fts_messages(
+                table,
+                match,
+                in_scope,
+                policy.scan_limit,
+                per_session=policy.ranked_per_session,
+                with_content=False,
+            )
+        except sqlite3.OperationalError as error:
+            if reader.out_of_time:
+                raise
+            logger.debug("FTS query %r failed (%s)", match, error)
+            return None
+        return _checked(reader, rows, terms)
+
+    def search(
+        table: str,
+        terms: Sequence[KeywordTerm],
+        tier: dict[int, _Found] | None = None,
+        new_only: bool = False,
+        plain_kind: PartKind = "bm25",
+    ) -> None:
+        tier = main if tier is None else tier
+        usable = schema.has_trigram if table == "messages_fts_trigram" else bool(schema.fts_columns)
+        plain: list[KeywordTerm] = []
+        code: list[KeywordTerm] = []
+        for term in terms:
+            (code if term.code_joined else plain).append(term)
+        kinds: tuple[tuple[list[KeywordTerm], PartKind], ...] = ((plain, plain_kind), (code, "code"))
+        for group, kind in kinds:
+            if not group:
+                continue
+            rows = fts(table, " OR ".join(t.fts for t in group), group) if usable else None
+            if rows is not None:
+                add(tier, rows, kind, new_only)
+            else:  # LIKE: what FTS cannot read
+                add(tier, like([t.text for t in group]), "like", new_only, len(group))
+
+    def search_every_word() -> bool:
+        """Read only the messages holding every word, when enough conversations have one."""
+        match = query.every_word()
+        large = len(set(in_scope.values())) > policy.every_word_first_above
+        if match is None or not schema.fts_columns or not large:
+            return False
+        add(main, fts("messages_fts", match, query.terms) or [], "bm25", False)
+        if len(conversations()) >= want:
+            return True
+        main.clear()  # too few: the OR passes below, as if this had not been asked
+        return False
+
+    try:  # each step adds to the tiers; at the deadline the ranking keeps what they hold
+        together = search_every_word()
+        for table in ("messages_fts", "messages_fts_trigram"):
+            terms = [t for t in query.terms if t.table == table]
+            if not schema.has_trigram:  # an identifier as written adds to its phrase: not worth a scan
+                terms = [t for t in terms if t.kind != "literal"]
+            if terms and not together:
+                search(table, terms)
+        if query.pairs and main:
+            for message_id, count in reader.containing(main, query.pairs).items():
+                main[message_id].parts.append(("pairs", float(count)))
+            if len(conversations()) < want:
+                tiers.append({})
+                add(tiers[-1], like(query.pairs), "like", True, len(query.pairs))
+        elif query.pairs:
+            add(main, like(query.pairs), "like", False, len(query.pairs))
+        if leave_out and len(conversations()) < want:
+            every = keyword_terms(plan).terms
+            common = [t for t in every if t.table == "messages_fts" and t not in query.terms]
+            if common:
+                tiers.append({})
+                search("messages_fts", common, tiers[-1], new_only=True)
+        mixed = any(t.kind in ("gram", "pair") for t in query.terms)
+        if (mixed or len(conversations()) < want) and schema.has_trigram and query.latin_words:
+            glued = [KeywordTerm(word, "gram", word) for word in query.latin_words]
+            search("messages_fts_trigram", glued, plain_kind="glued")
+    except sqlite3.OperationalError:
+        if not reader.out_of_time:
+            raise
+    hits = tuple(found.hit(number) for number, tier in enumerate(tiers) for found in tier.values())
+    return KeywordSignals(hits, "ranked")
+
+
+def boolean_hits(
+    reader: FullTextReader,
+    plan: QueryPlan,
+    in_scope: Mapping[str, str],
+    policy: RankingPolicy,
+    *,
+    only_best: bool = False,
+) -> KeywordSignals:
+    """Messages matching the user's own ``AND``/``OR``/``NOT`` query as FTS5 reads it, best bm25
+    first (the ranking keeps that order).
+
+    Latin terms search ``messages_fts``, then, when too few conversations match, the trigram table
+    (words glued to CJK text); CJK terms use the trigram table when every term has three or more
+    characters, else LIKE, with the operators kept (else "归属 NOT 项目" would mean AND). An FTS
+    error of any kind falls back to LIKE. A match only in a row's tool-call columns is no match.
+    ``only_best``: only the best message of the first ``gather_conversations`` conversations
+    matters, so FTS reading stops there.
+    """
+    want = policy.gather_conversations
+    hits: list[KeywordHit] = []
+    seen: set[int] = set()
+    long_terms = all(len(t.text) >= 3 for t in plan.terms)
+    expression = plan.like_expression()
+    enough_groups = want if only_best else None
+    checked_terms = [as_written(t) for t in plan.terms]
+
+    def like() -> list[dict[str, Any]]:
+        return reader.like_messages(
+            plan.needles(), list(in_scope), True, policy.scan_limit, expression=expression
+        )
+
+    def fts(table: str) -> list[dict[str, Any]]:
+        try:
+            rows = reader.fts_messages(
+                table, plan.match_all(), in_scope, policy.scan_limit, enough_groups=enough_groups
+            )
+            return _checked(reader, rows, checked_terms)
+        except sqlite3.OperationalError as error:
+            if reader.out_of_time:
+                raise
+            logger.debug("FTS query %r failed (%s); using LIKE", plan.match_all(), error)
+            return like()
+
+    def add(rows: Iterable[dict[str, Any]]) -> None:
+        for row in rows:
+            if row["message_id"] not in seen:
+                seen.add(row["message_id"])
+                found = _Found(row, in_scope[row["session_id"]])
+                if "rank" in row:  # LIKE rows carry no bm25
+                    found.parts.append(("bm25", -float(row["rank"])))
+                hits.append(found.hit(0))
+
+    schema = reader.schema
+    try:  # at the deadline: what was read so far
+        if plan.has_cjk or not schema.fts_columns:
+            add(fts("messages_fts_trigram") if schema.has_trigram and long_terms else like())
+        else:
+            add(fts("messages_fts"))
+            enough = len({hit.message.conversation for hit in hits}) >= want
+            if not enough and schema.has_trigram and long_terms:
+                add(fts("messages_fts_trigram"))
+    except sqlite3.OperationalError:
+        if not reader.out_of_time:
+            raise
+    return KeywordSignals(tuple(hits), "boolean")
