@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Container, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -454,7 +454,7 @@ def settle(ranked: Ranking, as_asked: Callable[[], bool]) -> tuple[tuple[Result,
 
 
 def _with_content(result: Result, content: str | None) -> Result:
-    return replace(result, message=replace(result.message, content=content))
+    return result._replace(message=result.message._replace(content=content))
 
 
 def _coverage(outcome: SemanticOutcome) -> dict[str, Any]:

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
-from typing import Literal
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
 
 from .policy import RankingPolicy
 from .signals import KeywordHit, KeywordSignals, Message, Question, SemanticHit, Signals
@@ -33,8 +33,7 @@ Source = Literal["keyword", "semantic", "both"]
 Floor = Literal["met", "unmet", "as_asked"]
 
 
-@dataclass(frozen=True)
-class Scored:
+class Scored(NamedTuple):
     """A message in a ranking: where it came from and what it weighs."""
 
     message: Message
@@ -55,8 +54,7 @@ class Scored:
         return self.message.conversation
 
 
-@dataclass(frozen=True)
-class Result:
+class Result(NamedTuple):
     message: Message
     source: Source
     relevance: float
@@ -300,8 +298,7 @@ def fuse(
         return (-scores[hit.conversation], by[0], by[1], hit.message.message_id)
 
     fused = [
-        replace(
-            hit,
+        hit._replace(
             score=scores[hit.conversation],
             source="both" if len(sources[hit.conversation]) == 2 else hit.source,
         )
@@ -340,10 +337,10 @@ def _fuse_messages(paths: Sequence[tuple[str, Sequence[Scored], float]], k: int)
             entry[1] += weight / (k + position)
             entry[2].add(source)
             if source == "semantic" and entry[0].chunk is None:
-                entry[0] = replace(entry[0], chunk=hit.chunk)
+                entry[0] = entry[0]._replace(chunk=hit.chunk)
     ordered = sorted(fused.values(), key=lambda e: (-e[1], e[0].message.message_id))
     return [
-        replace(hit, source="both" if len(found) == 2 else next(iter(found)), score=score)
+        hit._replace(source="both" if len(found) == 2 else next(iter(found)), score=score)
         for hit, score, found in ordered
     ]
 

@@ -1,4 +1,5 @@
-"""What retrieval hands the ranking: typed records, read once, no database behind them.
+"""What retrieval hands the ranking: typed records, read once, no database behind them (named
+tuples for the many per search, which are cheap to make; dataclasses for the few).
 
 Keyword retrieval (``fulltext``) reports each message it found with what each of its passes
 contributed, raw (``parts``); the ranking weighs them under the policy. The semantic side
@@ -10,7 +11,7 @@ and the scope say about it (dates, common words, an error quoted, identifiers wr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 #: What one keyword pass added to a message: ``bm25`` (minus FTS5's rank, scaled by the share of
 #: the match in the message's text), ``code`` (the same for an identifier written as code),
@@ -20,8 +21,7 @@ from typing import Literal
 PartKind = Literal["bm25", "code", "glued", "like", "pairs"]
 
 
-@dataclass(frozen=True)
-class Message:
+class Message(NamedTuple):
     """A message as a result shows it."""
 
     message_id: int
@@ -31,8 +31,7 @@ class Message:
     content: str | None = None  # None: not read yet (the keyword ranking reads no text)
 
 
-@dataclass(frozen=True)
-class KeywordHit:
+class KeywordHit(NamedTuple):
     message: Message
     #: The passes' contributions, in the order retrieval read them (sums keep that order).
     parts: tuple[tuple[PartKind, float], ...] = ()
@@ -54,8 +53,7 @@ class KeywordSignals:
     kind: Literal["ranked", "boolean", "as_written"] = "ranked"
 
 
-@dataclass(frozen=True)
-class SemanticHit:
+class SemanticHit(NamedTuple):
     message: Message
     cosine: float  # of the message's best chunk
     chunk: int  # which chunk the model matched

@@ -288,8 +288,8 @@ def test_lift_needs_a_background_of_enough_chunks(ranking, r, policy):
     assert small.lift is None and small.approximate_lift == pytest.approx(0.5)
     assert r.with_lift(hit, replace(policy, min_background_chunks=99)).lift == pytest.approx(0.5)
     assert r.clears_floor(small, 0.28)  # no background: cannot be judged, kept
-    assert not r.clears_floor(replace(small, lift=0.2), 0.28)
-    assert r.clears_floor(replace(small, lift=0.01), 0)
+    assert not r.clears_floor(small._replace(lift=0.2), 0.28)
+    assert r.clears_floor(small._replace(lift=0.01), 0)
 
 
 # --------------------------------------------------------------------------- the whole ranking
