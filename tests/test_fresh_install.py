@@ -137,20 +137,33 @@ def _url(source: Path) -> str:
     return f"file://{source}#{PLUGIN}"
 
 
-@pytest.fixture(scope="module")
-def fresh(tmp_path_factory):
-    root = tmp_path_factory.mktemp("fresh")
+def fresh_venv(root: Path, requirement: str) -> Path:
+    """A venv under ``root`` holding only ``requirement`` from PyPI, as a new user installs it."""
     venv = root / "venv"
     started = time.monotonic()
     subprocess.run([_base_python(), "-m", "venv", str(venv)], check=True, timeout=300)
     pip = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "hermes-agent==0.19.0"],
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", requirement],
         capture_output=True,
         text=True,
         timeout=1800,
     )
     assert pip.returncode == 0, pip.stdout[-3000:] + pip.stderr[-3000:]
-    TIMINGS["fresh venv + pip install hermes-agent==0.19.0"] = time.monotonic() - started
+    TIMINGS[f"fresh venv + pip install {requirement}"] = time.monotonic() - started
+    return venv
+
+
+def tool_answer(python: str, home: Path, *args: str) -> dict:
+    """``fresh_world.py ARGS`` run by that Hermes's Python: the tool's JSON answer."""
+    out = _run([python, FRESH_WORLD, *args], home)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fresh")
+    venv = fresh_venv(root, "hermes-agent==0.19.0")
     home = root / "home"
     home.mkdir()
     return {"root": root, "venv": venv, "home": home, "python": str(venv / "bin" / "python")}

