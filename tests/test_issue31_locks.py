@@ -1,0 +1,75 @@
+"""Issue 31 (locks and smaller findings): a locked state.db costs the keyword deadline, not a
+failure; session ids cleaned for the terminal; lock files never follow a symlink; ``osprey:*``;
+two attribution edges (a folder name ending in a space, a since-deleted subfolder of a repo)."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+
+import pytest
+from harness import session_ids
+
+
+def use_rollback_journal(world) -> None:
+    """state.db in the rollback journal Hermes falls back to where WAL is refused (a network
+    filesystem): there ``BEGIN EXCLUSIVE`` alone keeps every reader out."""
+    world.db.close()  # no other connection may be open while the journal mode changes
+    conn = sqlite3.connect(world.home / "state.db", isolation_level=None)
+    try:
+        assert conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0] == "delete"
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def exclusive_lock(world, journal: str):
+    """Another connection holding state.db under an exclusive lock, taken through SQLite itself:
+    ``BEGIN EXCLUSIVE`` (``delete``: the rollback journal, :func:`use_rollback_journal`), or in WAL
+    ``locking_mode = EXCLUSIVE`` and a write (``wal``: a backup or maintenance tool). Either way
+    no reader can read until it ends."""
+    world.db.close()  # Hermes's own connection would hold its shared lock
+    holder = sqlite3.connect(world.home / "state.db", isolation_level=None)
+    try:
+        if journal == "wal":
+            holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+        holder.execute("BEGIN EXCLUSIVE")
+        if journal == "wal":
+            holder.execute("UPDATE sessions SET title = title")
+        yield
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+@pytest.mark.parametrize(
+    ("journal", "warm"),
+    [("delete", False), ("delete", True), ("wal", False)],
+    ids=["rollback-journal", "rollback-journal-after-a-search", "wal-exclusive-mode"],
+)
+@pytest.mark.parametrize("mode", ["keyword", "hybrid"])
+def test_a_search_under_an_exclusive_state_db_lock_answers_busy_in_time(world, journal, warm, mode):
+    folder = world.folder("ledger")
+    world.project("Ledger", folder)
+    earlier = world.session(folder, [("user", "The quokkaflux ledger migration runs in two batches")])
+    current = world.session(folder, [("user", "hi")])
+    if journal == "delete":
+        use_rollback_journal(world)
+    if warm:  # the process remembers the schema and the scope, and keeps its idle connections
+        assert session_ids(world.search(current, "quokkaflux", mode=mode)) == [earlier]
+
+    with exclusive_lock(world, journal):
+        started = time.monotonic()
+        answer = world.search(current, "quokkaflux", mode=mode)
+        elapsed = time.monotonic() - started
+    # The acceptance bound of issue 31, the one timing assertion here: the keyword deadline
+    # (search.KEYWORD_SECONDS, 3 s from the call's start) plus 1 s.
+    assert elapsed < 4.0, (elapsed, answer)
+    assert answer["success"] is True, answer
+    assert answer["results"] == [], answer
+    said = " ".join([answer.get("message", ""), *answer.get("warnings", [])])
+    assert "busy" in said and "try again" in said, answer
+    assert "Traceback" not in str(answer), answer
+    # Once the lock is gone, the same search finds the message again.
+    assert session_ids(world.search(current, "quokkaflux", mode=mode)) == [earlier]
