@@ -73,3 +73,23 @@ def test_a_search_under_an_exclusive_state_db_lock_answers_busy_in_time(world, j
     assert "Traceback" not in str(answer), answer
     # Once the lock is gone, the same search finds the message again.
     assert session_ids(world.search(current, "quokkaflux", mode=mode)) == [earlier]
+
+
+# --------------------------------------------------------------------------- a trailing ":*"
+
+
+@pytest.mark.parametrize("mode", ["keyword", "hybrid"])
+@pytest.mark.parametrize("query", ["osprey:*", "osprey:", "osprey*", "ospr:*"])
+def test_a_trailing_colon_star_is_a_prefix_search(world, query, mode):
+    folder = world.folder("birds")
+    world.project("Birds", folder)
+    earlier = world.session(folder, [("user", "Does the nest camera stream to the lobby screen?")])
+    # The one mention is in a reply that also called a tool: its match is checked word by word
+    # against its text (the FTS row holds the tool call too).
+    calls = [{"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}]
+    world.db.append_message(earlier, "assistant", "Osprey camera: stream checked", tool_calls=calls)
+    world.session(folder, [("user", "The heron feeder needs new batteries")])
+    current = world.session(folder, [("user", "hi")])
+    answer = world.search(current, query, mode=mode)
+    assert answer["success"] is True, answer
+    assert session_ids(answer) == [earlier], answer
