@@ -93,3 +93,24 @@ def test_a_trailing_colon_star_is_a_prefix_search(world, query, mode):
     answer = world.search(current, query, mode=mode)
     assert answer["success"] is True, answer
     assert session_ids(answer) == [earlier], answer
+
+
+# --------------------------------------------------------------------------- session ids in the terminal
+
+HOSTILE_ID = "s_\x1b]8;;http://x\x07click\x1b]8;;\x07_\u202eevil_\x1b[2J"
+
+
+def test_the_terminal_search_cleans_session_ids_as_it_cleans_titles(world):
+    from harness import enable_plugin, run_hermes
+
+    enable_plugin(world.home)
+    repo = world.git_repo("app")
+    world.db.create_session(HOSTILE_ID, "cli", cwd=repo)  # any string is an id to Hermes's SessionDB
+    world.add(HOSTILE_ID, [("user", "the wombat rollout")])
+    world.session(repo)
+    done = run_hermes(world.home, "project-history", "search", "wombat", "--mode", "keyword", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    (line,) = [line for line in done.stdout.splitlines() if "@session:" in line]
+    for bad in ("\x1b", "\x07", "\u202e"):
+        assert bad not in done.stdout, (bad, done.stdout)
+    assert "@session:s_ ]8;;http://x click" in line, line
