@@ -114,3 +114,69 @@ def test_the_terminal_search_cleans_session_ids_as_it_cleans_titles(world):
     for bad in ("\x1b", "\x07", "\u202e"):
         assert bad not in done.stdout, (bad, done.stdout)
     assert "@session:s_ ]8;;http://x click" in line, line
+
+
+# --------------------------------------------------------------------------- lock files and symlinks
+
+
+def plant_link(world, name: str):
+    """A symbolic link at the plugin's lock file ``name``, pointing to a file outside its folder
+    (that does not exist yet)."""
+    data = world.home / "plugins" / "project-history-recall"
+    data.mkdir(parents=True, exist_ok=True)
+    outside = world.root / "outside" / f"{name}.target"
+    outside.parent.mkdir(parents=True, exist_ok=True)
+    (data / name).symlink_to(outside)
+    return outside
+
+
+def test_allow_refuses_a_consent_lock_that_is_a_symlink(world, plugin):
+    import faults
+    from harness import enable_plugin, run_hermes
+
+    enable_plugin(world.home)
+    faults.enable_local_semantic(plugin)  # the local model configured (and a consent, undone here)
+    data = faults.data_dir(world.home)
+    (data / "consent.json").unlink()
+    (data / "consent.lock").unlink()
+    repo = world.git_repo("app")
+    world.session(repo, [("user", "the numbat rollout")])
+    outside = plant_link(world, "consent.lock")
+    done = run_hermes(world.home, "project-history", "allow", "--yes", "--all-projects", cwd=repo)
+    assert not outside.exists(), "the lock followed the planted link"
+    assert done.returncode != 0, done.stdout
+    (line,) = done.stderr.strip().splitlines()
+    assert "consent.lock is a symbolic link" in line and "Traceback" not in done.stderr, done.stderr
+    assert not (world.home / "plugins" / "project-history-recall" / "consent.json").exists()
+
+
+def test_a_hybrid_search_refuses_an_indexer_lock_that_is_a_symlink_and_keeps_keyword_results(world, plugin):
+    import faults
+
+    faults.enable_local_semantic(plugin, index_budget_seconds=60)
+    repo = world.git_repo("app")
+    earlier = world.session(repo, [("user", "The quokkaflux ledger migration runs in two batches")])
+    current = world.session(repo, [("user", "hi")])
+    outside = plant_link(world, "indexer.lock")
+    answer = world.search(current, "quokkaflux ledger", mode="hybrid")
+    assert not outside.exists(), "the lock followed the planted link"
+    assert answer["success"] is True, answer
+    assert session_ids(answer) == [earlier], answer
+    assert "indexer.lock is a symbolic link" in answer.get("semantic_error", ""), answer
+    assert "\n" not in answer["semantic_error"] and "Traceback" not in answer["semantic_error"]
+
+
+def test_index_refuses_an_indexer_lock_that_is_a_symlink(world, plugin):
+    import faults
+    from harness import enable_plugin, run_hermes
+
+    enable_plugin(world.home)
+    faults.enable_local_semantic(plugin, index_budget_seconds=60)
+    repo = world.git_repo("app")
+    world.session(repo, [("user", "The quokkaflux ledger migration runs in two batches")])
+    outside = plant_link(world, "indexer.lock")
+    done = run_hermes(world.home, "project-history", "index", "--all-projects", cwd=repo)
+    assert not outside.exists(), "the lock followed the planted link"
+    assert done.returncode != 0, done.stdout
+    (line,) = done.stderr.strip().splitlines()
+    assert "indexer.lock is a symbolic link" in line and "Traceback" not in done.stderr, done.stderr

@@ -61,6 +61,7 @@ from .index_store import (
     INLINE_BUSY_SECONDS,
     IndexStore,
     IndexUnavailable,
+    UnsafeLockFile,
     WidthMismatch,
     indexer_busy,
     indexer_lock,
@@ -206,7 +207,7 @@ def describe_failure(error: BaseException, env: HermesEnv) -> str:
             f"{runtime.setup_hint(env.settings.embedding.provider, env.settings.provider_chosen)}, "
             f"or install it there: {install_command(*packages)}"
         )
-    if isinstance(error, IndexUnavailable | EmbeddingUnavailable | WidthMismatch):
+    if isinstance(error, IndexUnavailable | EmbeddingUnavailable | WidthMismatch | UnsafeLockFile):
         return str(error)
     if isinstance(error, PermissionError) or (
         isinstance(error, OSError) and error.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
