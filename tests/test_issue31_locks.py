@@ -180,3 +180,36 @@ def test_index_refuses_an_indexer_lock_that_is_a_symlink(world, plugin):
     assert done.returncode != 0, done.stdout
     (line,) = done.stderr.strip().splitlines()
     assert "indexer.lock is a symbolic link" in line and "Traceback" not in done.stderr, done.stderr
+
+
+# --------------------------------------------------------------------------- attribution edges
+
+
+def test_a_folder_whose_name_ends_in_a_space_is_its_projects(world):
+    shop = world.folder("shop ")
+    assert shop.endswith("shop ")
+    world.project("Shop", shop)  # projects_db records "/.../shop", stripped
+    earlier = world.session(shop, [("user", "The pelican checkout flow needs a retry button")])
+    current = world.session(shop, [("user", "hi")])
+    answer = world.search(current, "pelican checkout")
+    assert answer["success"] is True, answer
+    assert answer["project"]["name"] == "Shop", answer
+    assert session_ids(answer) == [earlier], answer
+
+
+@pytest.mark.parametrize("recorded_root", [False, True], ids=["cwd-only", "with-git-repo-root"])
+def test_a_session_in_a_since_deleted_subfolder_stays_in_its_repository(world, recorded_root):
+    import shutil
+
+    repo = world.git_repo("app")
+    sub = world.folder("app/tmp/scratch")
+    earlier = world.session(
+        sub,
+        [("user", "The kookaburra fixture was generated in the scratch folder")],
+        git_repo_root=repo if recorded_root else None,
+    )
+    shutil.rmtree(world.root / "app" / "tmp")  # removed from disk after the session
+    current = world.session(repo, [("user", "hi")])
+    answer = world.search(current, "kookaburra fixture")
+    assert answer["success"] is True, answer
+    assert session_ids(answer) == [earlier], answer
