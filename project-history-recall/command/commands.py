@@ -360,7 +360,7 @@ def readable(result: dict[str, Any]) -> str:
                 f"or --session ID (a conversation of it); {command_line('project-history', 'status')} "
                 "lists the projects."
             )
-    lines.extend(f"Note: {warning}" for warning in result.get("warnings", []))
+    lines.extend(f"Note: {w}" for w in result.get("warnings", []) if w != result.get("message"))
     for number, hit in enumerate(result.get("results", []), start=1):
         # A session id is any string another tool wrote (an escape, an OSC 8 link, a bidi
         # override): cleaned for the terminal as titles and snippets are.
