@@ -11,6 +11,7 @@ fail the search: whatever happens there, the keyword results stand.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from collections.abc import Callable, Container, Mapping, Sequence
 from concurrent.futures import Future
@@ -44,7 +45,7 @@ from .ranking import (
     rank,
 )
 from .semantic import Semantic, SemanticOutcome
-from .store import HermesDB, HermesEnv, NoSessionDatabase, message_text
+from .store import STATE_BUSY, HermesDB, HermesEnv, NoSessionDatabase, is_busy, message_text
 from .text import clean_title, make_snippet
 
 if TYPE_CHECKING:
@@ -310,7 +311,7 @@ class _Search:
         concurrent: Future[SemanticOutcome] | None = None
         if mode == "hybrid":
             concurrent = self.semantic.search_concurrently(
-                self.scope, question.semantic_text, self.build, self.started
+                self.scope, question.semantic_text, self.build, self.started, self.keyword_deadline
             )
         keyword = (
             self.keyword(question, only_best=mode == "keyword") if mode != "semantic" else KeywordSignals()
@@ -379,6 +380,7 @@ class _Search:
 
     def shape(self, question: Question, found: Found, results: Sequence[Result]) -> dict[str, Any]:
         """Spec §4.5's answer: one result per conversation, as ranked."""
+        self.db.bound_waits()
         unread = [r.message.message_id for r in results if r.message.content is None]
         if unread:  # the keyword ranking reads no text: only the rows shown need it
             contents = self.reader.contents(unread)
@@ -428,12 +430,16 @@ class _Search:
             result["notice"] = QUOTED_HISTORY
         elif below_floor:
             result["message"] = NOTHING_STRONG
+        elif self.reader.locked_out:
+            result["message"] = STATE_BUSY
         elif self.reader.out_of_time:
             result["message"] = "No matching messages found within the keyword search's time limit"
         else:
             result["message"] = "No matching messages in this project's other sessions"
         warnings = list(question.warnings)
-        if self.reader.out_of_time:
+        if self.reader.locked_out:
+            warnings.append(STATE_BUSY)
+        elif self.reader.out_of_time:
             warnings.append(KEYWORD_STOPPED)
         if warnings:
             result["warnings"] = warnings
@@ -485,17 +491,33 @@ def run_search(
     started = time.monotonic() if started is None else started
     env = HermesEnv.current()
     try:
-        db = HermesDB.open(env, process.schemas)
+        # No read of state.db waits for another connection's lock past the keyword deadline.
+        db = HermesDB.open(env, process.schemas, deadline=started + KEYWORD_SECONDS)
     except NoSessionDatabase:
         return dict(NO_DB)
-    with db:
-        scope = ProjectMap(db, process.projects).resolve_scope(session_id, fallback_cwd)
-        early = answer_without_search(scope)
-        if early is not None:
-            return early
-        search = _Search(process, env, db, scope, build_index, started)
-        question = search.understand(query, mode, limit)
-        found = search.retrieve(question)
-        results, below_floor = search.rank(question, found)
-        result = search.shape(question, found, results)
+    except sqlite3.OperationalError as error:
+        if not is_busy(error):
+            raise
+        return answer_busy(mode)
+    try:
+        with db:
+            scope = ProjectMap(db, process.projects).resolve_scope(session_id, fallback_cwd)
+            early = answer_without_search(scope)
+            if early is not None:
+                return early
+            search = _Search(process, env, db, scope, build_index, started)
+            question = search.understand(query, mode, limit)
+            found = search.retrieve(question)
+            results, below_floor = search.rank(question, found)
+            result = search.shape(question, found, results)
+    except sqlite3.OperationalError as error:
+        if not is_busy(error):
+            raise
+        return answer_busy(mode)
     return search.explain(result, question, found, below_floor)
+
+
+def answer_busy(mode: str) -> dict[str, Any]:
+    """Another connection held state.db locked until the keyword deadline: nothing could be read
+    in time. Not a failure: the agent can try again (issue 31)."""
+    return {"success": True, "mode": mode, "results": [], "message": STATE_BUSY, "warnings": [STATE_BUSY]}

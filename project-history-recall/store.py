@@ -22,11 +22,13 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import math
 import os
 import shlex
 import sqlite3
 import sys
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -51,6 +53,25 @@ EMPTY_TOTALS = (0, 0)
 
 class NoSessionDatabase(Exception):
     """state.db is missing, or holds no sessions table yet (spec §七 ``no_db``)."""
+
+
+#: What a search says when another connection held state.db locked past the keyword deadline
+#: (a Hermes write on a filesystem without WAL, a VACUUM, a backup tool): not a failure.
+STATE_BUSY = (
+    "The history database (state.db) is busy: another program holds a lock on it, so nothing "
+    "could be read in time; try again in a moment"
+)
+STATE_BUSY_REASON = (
+    "the history database (state.db) is busy (locked by another program); try again in a moment"
+)
+
+
+def is_busy(error: BaseException) -> bool:
+    """Is this SQLite's answer to a lock another connection holds ("database is locked", busy)?"""
+    if not isinstance(error, sqlite3.OperationalError):
+        return False
+    text = str(error).casefold()
+    return "locked" in text or "busy" in text
 
 
 # =========================================================================== the environment
@@ -246,6 +267,18 @@ def connect_readonly(path: Path, timeout: float = BUSY_TIMEOUT_SECONDS) -> sqlit
     return conn
 
 
+def set_busy_timeout(conn: sqlite3.Connection, seconds: float) -> None:
+    """How long this connection's statements wait for another's lock before "database is locked"."""
+    conn.execute(f"PRAGMA busy_timeout = {max(0, math.ceil(seconds * 1000))}")
+
+
+def _left(deadline: float | None, longest: float) -> float:
+    """``longest`` seconds, or what is left until ``deadline`` when that is less (never below 0)."""
+    if deadline is None:
+        return longest
+    return max(0.0, min(longest, deadline - time.monotonic()))
+
+
 def message_text(content: Any) -> str:
     """Plain text of a message; multimodal rows (``\\x00json:`` + parts) keep their text parts."""
     if content is None:
@@ -368,22 +401,41 @@ class HermesDB:
         self.conn = conn
         self.schema = schema
         self.ident = ident  # (device, inode) of state.db: which file the process's memory is of
+        self.deadline: float | None = None  # time.monotonic() past which no read waits for a lock
         self._projects: list[dict[str, Any]] | None = None
 
     @classmethod
-    def open(cls, env: HermesEnv, schemas: SchemaCache | None = None) -> HermesDB:
-        """``state.db`` read-only; ``schemas``: the process's memory of its schema (else read now)."""
+    def open(
+        cls, env: HermesEnv, schemas: SchemaCache | None = None, deadline: float | None = None
+    ) -> HermesDB:
+        """``state.db`` read-only; ``schemas``: the process's memory of its schema (else read now).
+        ``deadline`` (``time.monotonic()``): no read of this call waits for another connection's
+        lock past it (SQLite's busy timeout is cut to what is left, :meth:`bound_waits`); a read
+        still locked out then raises ``sqlite3.OperationalError`` ("database is locked",
+        :func:`is_busy`). None: :data:`BUSY_TIMEOUT_SECONDS` per statement."""
         try:
             st = os.stat(env.state_db)
         except OSError:
             raise NoSessionDatabase("state.db not found") from None
-        conn = connect_readonly(env.state_db)
+        conn = connect_readonly(env.state_db, _left(deadline, BUSY_TIMEOUT_SECONDS))
         try:
             schema = schemas.detect(conn, env.state_db) if schemas is not None else detect_schema(conn)
-            return cls(env, conn, schema, (st.st_dev, st.st_ino))
+            db = cls(env, conn, schema, (st.st_dev, st.st_ino))
+            db.deadline = deadline
+            return db
         except BaseException:
             conn.close()
             raise
+
+    def wait_seconds(self, longest: float = BUSY_TIMEOUT_SECONDS) -> float:
+        """How long a read may wait for a lock now: ``longest``, cut to what the deadline leaves."""
+        return _left(self.deadline, longest)
+
+    def bound_waits(self) -> None:
+        """Cut SQLite's busy timeout to what the deadline leaves (a lock taken since the call
+        began waits no longer than the call may take)."""
+        if self.deadline is not None:
+            set_busy_timeout(self.conn, self.wait_seconds())
 
     def close(self) -> None:
         self.conn.close()
@@ -474,7 +526,7 @@ class HermesDB:
         from hermes_cli import projects_db
 
         try:
-            conn = connect_readonly(path)
+            conn = connect_readonly(path, self.wait_seconds())
             try:
                 return [project.to_dict() for project in projects_db.list_projects(conn)]
             finally:

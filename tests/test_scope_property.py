@@ -176,8 +176,10 @@ class Oracle:
 
     def git_root(self, cwd: str) -> tuple | None:
         real = os.path.realpath(cwd)
-        if not os.path.isdir(real):
-            return None
+        while not os.path.isdir(real):  # removed since: its repository still holds it (issue 31)
+            if os.path.dirname(real) == real:
+                return None
+            real = os.path.dirname(real)
         inside = [r for r in self.repos if under(r, canon(real))]
         return max(inside, key=len) if inside else None
 

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ..store import command_line, hermes_program, hint
+from ..text import without_controls
 from .common import (
     CommandError,
     confirmed,
@@ -359,9 +360,12 @@ def readable(result: dict[str, Any]) -> str:
                 f"or --session ID (a conversation of it); {command_line('project-history', 'status')} "
                 "lists the projects."
             )
-    lines.extend(f"Note: {warning}" for warning in result.get("warnings", []))
+    lines.extend(f"Note: {w}" for w in result.get("warnings", []) if w != result.get("message"))
     for number, hit in enumerate(result.get("results", []), start=1):
-        lines.append(f"{number}. {hit.get('title') or '(untitled)'}  [{hit['when']}]  {hit['link']}")
+        # A session id is any string another tool wrote (an escape, an OSC 8 link, a bidi
+        # override): cleaned for the terminal as titles and snippets are.
+        link = without_controls(hit["link"])
+        lines.append(f"{number}. {hit.get('title') or '(untitled)'}  [{hit['when']}]  {link}")
         lines.append(f"   {hit['snippet']}")
         strength = f", relevance {hit['relevance']:.2f}" if hit.get("relevance") is not None else ""
         lines.append(f"   found by: {hit['score_source']}{strength}, message {hit['message_id']}")

@@ -30,6 +30,8 @@ _CJK_RUN = re.compile(f"[{CJK_CHARS}]+")
 _LATIN_WORD = re.compile(r"[^\W_]+")
 _WORD_CHAR = re.compile(r"\w")
 _OPERATORS = ("AND", "OR", "NOT")
+#: What a prefix search drops before its `*`: `osprey:*` searches `osprey*`.
+_TRAILING_PUNCTUATION = re.compile(r"\W+$")
 # Words that carry no topic; dropped only when a natural-language query is relaxed to OR,
 # where they would otherwise match nearly every message.
 _STOPWORDS = frozenset(
@@ -176,8 +178,9 @@ def plan_query(query: str) -> QueryPlan:
     """Hermes's ``_sanitize_fts5_query`` rules, made total: no input reaches FTS5 unquoted.
 
     Balanced phrases are kept, ``AND``/``OR``/``NOT`` between terms stay operators, a trailing
-    ``*`` stays a prefix search, every other token becomes a quoted phrase (so ``@ / # , ; ! ?
-    ' %`` and friends are literal), and tokens with no letter or digit are dropped.
+    ``*`` stays a prefix search (of the word before it: ``osprey:*`` is ``osprey*``), every other
+    token becomes a quoted phrase (so ``@ / # , ; ! ? ' %`` and friends are literal), and tokens
+    with no letter or digit are dropped.
     """
     items: list[Term | str] = []
     terms_cut = 0
@@ -191,8 +194,11 @@ def plan_query(query: str) -> QueryPlan:
                 items.append(token)
                 continue
             core = token.strip("*")
+            prefix = token.endswith("*")
+            if prefix:  # `osprey:*` is the prefix `osprey*`: the tables index no punctuation
+                core = _TRAILING_PUNCTUATION.sub("", core)
             if _WORD_CHAR.search(core):
-                items.append(Term(core, prefix=token.endswith("*")))
+                items.append(Term(core, prefix=prefix))
     # Operators only between two terms: drop leading/trailing ones and collapse runs.
     cleaned: list[Term | str] = []
     for item in items:

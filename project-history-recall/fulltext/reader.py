@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..store import HermesDB
+from ..store import HermesDB, is_busy, set_busy_timeout
 
 logger = logging.getLogger(__name__)
 
@@ -264,6 +264,7 @@ class FullTextReader:
         self._register = registers.for_path(db.env.state_db) if registers is not None else None
         self._members: dict[frozenset[str], ScopeIds | None] = {}
         self.out_of_time = False  # a statement was stopped at the deadline (:meth:`deadline`)
+        self.locked_out = False  # ... because another connection held state.db locked until then
 
     @contextmanager
     def deadline(self, at: float | None) -> Iterator[None]:
@@ -271,7 +272,11 @@ class FullTextReader:
         ``time.monotonic()`` passes ``at``: the progress handler interrupts it
         (``sqlite3.OperationalError``, "interrupted") and :attr:`out_of_time` is set, so that the
         ranking keeps what it has instead of taking the error for a bad FTS query (issue 18.11:
-        a long LIKE scan once took 22 s). None: no deadline."""
+        a long LIKE scan once took 22 s). None: no deadline.
+
+        A lock another connection holds on state.db is waited for until ``at`` at most (SQLite's
+        busy timeout is cut to what is left): a statement still locked out then fails as one
+        stopped at the deadline would, with :attr:`locked_out` set as well."""
         if at is None:
             yield
             return
@@ -282,11 +287,19 @@ class FullTextReader:
                 return 1
             return 0
 
+        set_busy_timeout(self.conn, max(0.0, at - _now()))
         self.conn.set_progress_handler(past_deadline, PROGRESS_STEPS)
         try:
             yield
         finally:
             self.conn.set_progress_handler(None, 0)
+
+    def stopped(self, error: BaseException) -> bool:
+        """Did ``error`` end a read at the deadline: interrupted by it, or locked out until it
+        (:func:`store.is_busy`)? Then the ranking keeps what was read, and nothing is retried."""
+        if is_busy(error):
+            self.out_of_time = self.locked_out = True
+        return self.out_of_time
 
     def fts_messages(
         self,
@@ -612,7 +625,7 @@ class FullTextReader:
             try:
                 return self._like(terms, session_ids, require_all, scan_limit, None, match)
             except sqlite3.OperationalError as error:
-                if self.out_of_time:
+                if self.stopped(error):
                     raise
                 logger.debug("trigram candidates for %r failed (%s); reading the scope", match, error)
         return self._like(terms, session_ids, require_all, scan_limit, expression, None)

@@ -69,8 +69,8 @@ def common_words(
         try:
             if reader.in_conversations("messages_fts", QueryPlan.word_match(term), counted_in, needed):
                 common.add(word)
-        except sqlite3.OperationalError:
-            if reader.out_of_time:  # not judged in time: nothing is left out
+        except sqlite3.OperationalError as error:
+            if reader.stopped(error):  # not judged in time: nothing is left out
                 return frozenset()
             continue
     return frozenset(common) if len(common) < len(words) else frozenset()
@@ -100,8 +100,8 @@ def sole_holder(
     try:
         match = " AND ".join(t.fts for t in phrases)
         found = reader.conversations_with("messages_fts", match, in_scope, 2, load=False)
-    except sqlite3.OperationalError:
-        if not reader.out_of_time:
+    except sqlite3.OperationalError as error:
+        if not reader.stopped(error):
             logger.debug("phrase query failed", exc_info=True)
         return None
     return next(iter(found)) if len(found) == 1 else None
@@ -218,8 +218,8 @@ def question_hits(
     if not query.terms:  # nothing but punctuation and single CJK characters ("_折"): as written
         try:
             rows = reader.like_messages(plan.needles(), list(in_scope), False, policy.scan_limit)
-        except sqlite3.OperationalError:
-            if not reader.out_of_time:
+        except sqlite3.OperationalError as error:
+            if not reader.stopped(error):
                 raise
             return KeywordSignals(kind="as_written")
         hits = tuple(_Found(row, in_scope[row["session_id"]]).hit(0) for row in rows)
@@ -267,7 +267,7 @@ def question_hits(
                 with_content=False,
             )
         except sqlite3.OperationalError as error:
-            if reader.out_of_time:
+            if reader.stopped(error):
                 raise
             logger.debug("FTS query %r failed (%s)", match, error)
             return None
@@ -334,8 +334,8 @@ def question_hits(
         if (mixed or len(conversations()) < want) and schema.has_trigram and query.latin_words:
             glued = [KeywordTerm(word, "gram", word) for word in query.latin_words]
             search("messages_fts_trigram", glued, plain_kind="glued")
-    except sqlite3.OperationalError:
-        if not reader.out_of_time:
+    except sqlite3.OperationalError as error:
+        if not reader.stopped(error):
             raise
     hits = tuple(found.hit(number) for number, tier in enumerate(tiers) for found in tier.values())
     return KeywordSignals(hits, "ranked")
@@ -379,7 +379,7 @@ def boolean_hits(
             )
             return _checked(reader, rows, checked_terms)
         except sqlite3.OperationalError as error:
-            if reader.out_of_time:
+            if reader.stopped(error):
                 raise
             logger.debug("FTS query %r failed (%s); using LIKE", plan.match_all(), error)
             return like()
@@ -402,7 +402,7 @@ def boolean_hits(
             enough = len({hit.message.conversation for hit in hits}) >= want
             if not enough and schema.has_trigram and long_terms:
                 add(fts("messages_fts_trigram"))
-    except sqlite3.OperationalError:
-        if not reader.out_of_time:
+    except sqlite3.OperationalError as error:
+        if not reader.stopped(error):
             raise
     return KeywordSignals(tuple(hits), "boolean")

@@ -293,14 +293,21 @@ class GitProbe:
 
     def marker(self, folder: str) -> str | None:
         """The nearest folder from ``folder`` (a real path) up holding ``.git``; "" if none;
-        None when ``folder`` is not an existing directory of this host (git cannot run there)."""
+        None when ``folder`` is no path of this host, or nothing of it exists (git cannot run
+        there). A folder removed since (a session's scratch subfolder) is looked up from its
+        nearest existing ancestor: the repository that held it still holds its recorded path."""
         known = self._markers.get(folder)
         if known is not None:
             return known
-        if not is_host_path(folder) or not os.path.isdir(folder):
+        if not is_host_path(folder):
             return None
-        walked = []
         current = folder
+        while not os.path.isdir(current):
+            parent = os.path.dirname(current)
+            if parent == current:
+                return None
+            current = parent
+        walked = [folder] if current != folder else []
         while True:
             known = self._markers.get(current)
             if known is not None:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .. import attribution
-from ..store import HermesDB, connect_readonly
+from ..store import HermesDB, connect_readonly, set_busy_timeout
 from . import git
 from .git import STORE_NAME, GitProbe
 
@@ -123,7 +123,8 @@ class DataWatch:
         self._serials = itertools.count(1)  # a new connection, or an unreadable file, never repeats
         self._serial = 0
 
-    def token(self) -> tuple | None:
+    def token(self, wait: float = 1.0) -> tuple | None:
+        """``wait``: the longest this read waits for another connection's lock."""
         try:
             st = os.stat(self.path)
         except OSError:
@@ -135,6 +136,7 @@ class DataWatch:
                 self.close()
                 self._conn = connect_readonly(self.path, timeout=1.0)
                 self._ident, self._serial = ident, next(self._serials)
+            set_busy_timeout(self._conn, wait)
             version = self._conn.execute("PRAGMA data_version").fetchone()[0]
         except sqlite3.Error:
             self.close()
@@ -221,7 +223,9 @@ class ProjectMap:
     def _refresh_for(self, token: Inputs | None) -> None:
         """:meth:`_refresh_inputs` as of the call's ``token``, or of projects.db and git now."""
         if token is None:
-            self._refresh_inputs(self.home.projects_watch.token(), self.probe.facts_epoch())
+            self._refresh_inputs(
+                self.home.projects_watch.token(self.db.wait_seconds(1.0)), self.probe.facts_epoch()
+            )
         else:
             self._refresh_inputs(token.projects, token.facts_epoch)
 
@@ -336,8 +340,8 @@ class ProjectMap:
 
     def _token(self) -> Inputs:
         return Inputs(
-            self.home.state_watch.token(),
-            self.home.projects_watch.token(),
+            self.home.state_watch.token(self.db.wait_seconds(1.0)),
+            self.home.projects_watch.token(self.db.wait_seconds(1.0)),
             self._excluded_roots(),
             self.probe.facts_epoch(),
             self.probe.generation,
@@ -431,6 +435,7 @@ class ProjectMap:
         return [sid for sid, *_ in links if roots[sid] == own] or [session_id]
 
     def resolve_scope(self, session_id: str, fallback_cwd: str = "") -> Scope:
+        self.db.bound_waits()  # a lock on state.db is waited for until the call's deadline at most
         current = self.db.session(session_id) if session_id else None
         if current is None:
             current = {"id": session_id or "", "cwd": fallback_cwd or None, "git_repo_root": None}

@@ -32,7 +32,15 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..store import HermesDB, HermesEnv, SchemaCache, install_command, message_text
+from ..store import (
+    STATE_BUSY_REASON,
+    HermesDB,
+    HermesEnv,
+    SchemaCache,
+    install_command,
+    is_busy,
+    message_text,
+)
 from . import runtime
 from .chunking import Framing, embeddable, embedded_text, message_chunks, vectors_key
 from .consent import (
@@ -53,6 +61,7 @@ from .index_store import (
     INLINE_BUSY_SECONDS,
     IndexStore,
     IndexUnavailable,
+    UnsafeLockFile,
     WidthMismatch,
     indexer_busy,
     indexer_lock,
@@ -198,7 +207,7 @@ def describe_failure(error: BaseException, env: HermesEnv) -> str:
             f"{runtime.setup_hint(env.settings.embedding.provider, env.settings.provider_chosen)}, "
             f"or install it there: {install_command(*packages)}"
         )
-    if isinstance(error, IndexUnavailable | EmbeddingUnavailable | WidthMismatch):
+    if isinstance(error, IndexUnavailable | EmbeddingUnavailable | WidthMismatch | UnsafeLockFile):
         return str(error)
     if isinstance(error, PermissionError) or (
         isinstance(error, OSError) and error.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
@@ -332,7 +341,12 @@ class Semantic:
         return self._guarded(db, scope, query, run, build, started)
 
     def search_concurrently(
-        self, scope: SearchScope, query: str, build: bool = True, started: float | None = None
+        self,
+        scope: SearchScope,
+        query: str,
+        build: bool = True,
+        started: float | None = None,
+        state_deadline: float | None = None,
     ) -> Future[SemanticOutcome]:
         """:meth:`refresh_and_search` (``build=False``: :meth:`search_indexed`) on a worker
         thread, while the caller runs the keyword path.
@@ -344,7 +358,9 @@ class Semantic:
         registers an SQL function, which SQLite refuses while another statement on it is active.
         The caller's context variables (Hermes pins the home through one) go with it. A project
         whose history may not be embedded (no consent yet: most searches of a new user) gets its
-        answer here, without a worker or a connection. Never raises.
+        answer here, without a worker or a connection. ``state_deadline``: the worker's reads of
+        state.db wait for another connection's lock no longer than that (``HermesDB.open``).
+        Never raises.
         """
         started = time.monotonic() if started is None else started
         gate = self.gate(scope.identity, scope.folders)
@@ -356,10 +372,10 @@ class Semantic:
 
         def work() -> SemanticOutcome:
             try:
-                with HermesDB.open(self.env, self.schemas) as db:
+                with HermesDB.open(self.env, self.schemas, state_deadline) as db:
                     return self._guarded(db, scope, query, True, build, started)
             except Exception as error:  # opening state.db again; _guarded itself never raises
-                reason = self.describe(error)
+                reason = STATE_BUSY_REASON if is_busy(error) else self.describe(error)
                 logger.warning("semantic search unavailable: %s", reason, exc_info=True)
                 return SemanticOutcome(status="unavailable", error=reason)
 

@@ -19,6 +19,7 @@ from typing import Any
 from ..attribution import project_key
 from ..config_schema import EmbeddingSettings, endpoint_of, endpoint_secret
 from ..store import HermesEnv, command_line
+from .index_store import open_lock_file
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +106,7 @@ def update_consent(
     """
     path = env.consent_path
     path.parent.mkdir(parents=True, exist_ok=True)
-    lock = os.open(path.parent / "consent.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    lock = open_lock_file(path.parent / "consent.lock")  # never through a symbolic link
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         record = change(read_consent(env))

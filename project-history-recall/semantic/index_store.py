@@ -20,6 +20,7 @@ read only what changed since the last complete pass of any process.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -545,14 +546,35 @@ def purge(path: Path) -> bool:
 LOCK_RETRY_SECONDS = 0.25
 
 
+class UnsafeLockFile(Exception):
+    """A lock file's path is a symbolic link (planted, or left by something else): the plugin never
+    follows it, as it would create or lock a file outside its folder. The message says what to do."""
+
+
+def open_lock_file(path: Path, flags: int = os.O_RDWR | os.O_CREAT) -> int:
+    """``path`` opened as a lock file (created 0600): never through a symbolic link
+    (``O_NOFOLLOW``), so a link planted there cannot make the plugin create or touch a file
+    elsewhere; :class:`UnsafeLockFile` says so instead."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW, 0o600)
+    except OSError as error:
+        if error.errno == errno.ELOOP or os.path.islink(path):
+            raise UnsafeLockFile(
+                f"{path} is a symbolic link, which the plugin does not follow: remove it "
+                "(it is recreated as a plain file)"
+            ) from None
+        raise
+
+
 @contextmanager
 def file_lock(path: Path, wait_seconds: float) -> Iterator[bool]:
-    """An exclusive ``flock`` on ``path`` (created 0600), tried for up to ``wait_seconds``.
+    """An exclusive ``flock`` on ``path`` (created 0600, never through a symbolic link:
+    :func:`open_lock_file`), tried for up to ``wait_seconds``.
 
     Yields whether it was taken. Per open file description, so two threads of one process
     exclude each other too.
     """
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = open_lock_file(path)
     try:
         give_up = time.monotonic() + wait_seconds
         while True:
@@ -593,9 +615,11 @@ def indexer_busy(data_dir: Path) -> bool:
     """
     path = data_dir / "indexer.lock"
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_lock_file(path, os.O_RDONLY)
     except FileNotFoundError:
         return False
+    except UnsafeLockFile:
+        return False  # no indexer runs under a lock it cannot open
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -37,6 +37,14 @@ def test_a_trailing_star_is_a_prefix_and_quotes_inside_a_word_are_doubled(q):
     assert q.Term('say "hi"').fts == '"say ""hi"""'
 
 
+def test_punctuation_before_a_trailing_star_is_dropped(q):
+    # Issue 31: `osprey:*` found nothing (the term "osprey:" is in no message's words).
+    for query in ("osprey:*", "osprey.*", "osprey:**"):
+        (term,) = q.plan_query(query).terms
+        assert term.prefix and term.fts == '"osprey"*', query
+    assert q.plan_query(":*").terms == ()
+
+
 def test_an_unpaired_quote_is_a_space_and_punctuation_alone_is_dropped(q):
     assert [t.text for t in q.plan_query('"unbalanced phrase').terms] == ["unbalanced", "phrase"]
     assert q.plan_query("?? -- ...").terms == ()
