@@ -52,6 +52,13 @@ import harness  # on sys.path through world
 import models_setup
 
 DATA = Path(os.environ.get("DEVSESSIONS_PATH", "/work/shared/data/devsessions/dev_split.json.gz"))
+#: ``--shape``: the same split flat (one text per turn), as Hermes stores it (tool_calls, tool
+#: rows, reasoning), and that plus the recall chats weeks of use leave (the data's README).
+SHAPES = {
+    "flat": DATA,
+    "hermes": DATA.with_name("dev_split_hermes.json.gz"),
+    "recall": DATA.with_name("dev_split_hermes_recall.json.gz"),
+}
 KEY = "devsessions"
 BUILDER_VERSION = 1  # bump when the way the home is built changes
 TOOL = "project_history_search"
@@ -104,7 +111,9 @@ CHECK_SPLIT = (
 class Transcript:
     id: str  # "owner/name#specstory-0003"
     started_at: float
-    messages: list[tuple[str, str]]  # (role, content)
+    messages: list[tuple[str, str | None]]  # (role, content); None: a row without text
+    #: Hermes's other columns per message (tool_calls as a list, tool_name, tool_call_id, reasoning)
+    extras: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -131,6 +140,15 @@ def _epoch(started_at: str) -> float:
     return datetime.fromisoformat(started_at).timestamp()
 
 
+def _extras(message: dict[str, Any]) -> dict[str, Any]:
+    """What a Hermes-shaped message carries besides role and content, as ``append_message`` takes
+    it (``tool_calls`` is JSON text in the data)."""
+    extras = {k: message[k] for k in ("tool_name", "tool_call_id", "reasoning") if message.get(k)}
+    if message.get("tool_calls"):
+        extras["tool_calls"] = json.loads(message["tool_calls"])
+    return extras
+
+
 def load(path: Path = DATA) -> tuple[list[Project], list[Question]]:
     with gzip.open(path, "rt", encoding="utf-8") as handle:
         raw = json.load(handle)
@@ -141,7 +159,8 @@ def load(path: Path = DATA) -> tuple[list[Project], list[Question]]:
                 Transcript(
                     id=s["id"],
                     started_at=_epoch(s["started_at"]),
-                    messages=[(m["role"], m["content"]) for m in s["messages"]],
+                    messages=[(m["role"], m.get("content")) for m in s["messages"]],
+                    extras=[_extras(m) for m in s["messages"]],
                 )
                 for s in p["sessions"]
             ],
@@ -205,6 +224,15 @@ def _folder_name(project: str) -> str:
     return project.replace("/", "__")
 
 
+def _linked(content: str, state_ids: dict[str, str]) -> str:
+    """A recall chat's tool result with each ``<<transcript id>>`` replaced by the id that session
+    got in state.db (the tool's real answer links the real session)."""
+    for transcript_id, sid in state_ids.items():
+        if f"<<{transcript_id}>>" in content:
+            content = content.replace(f"<<{transcript_id}>>", sid)
+    return content
+
+
 def _build(home: Path, projects: list[Project]) -> dict[str, Any]:
     w = harness.World(home, home.parent / "work")
     sessions: dict[str, str] = {}
@@ -214,11 +242,16 @@ def _build(home: Path, projects: list[Project]) -> dict[str, Any]:
         for project in projects:
             folder = w.folder(_folder_name(project.id))
             project_ids[project.id] = w.project(project.id, folder)
-            for transcript in sorted(project.sessions, key=lambda t: (t.started_at, t.id)):
-                sid = harness.new_session_id()
+            ordered = sorted(project.sessions, key=lambda t: (t.started_at, t.id))
+            state_ids = {t.id: harness.new_session_id() for t in ordered}
+            for transcript in ordered:
+                sid = state_ids[transcript.id]
                 w.db.create_session(sid, "cli", cwd=folder)
                 for n, (role, content) in enumerate(transcript.messages):
-                    w.db.append_message(sid, role, content, timestamp=transcript.started_at + n)
+                    extras = transcript.extras[n] if transcript.extras else {}
+                    if role == "tool" and content and "<<" in content:
+                        content = _linked(content, state_ids)
+                    w.db.append_message(sid, role, content, timestamp=transcript.started_at + n, **extras)
                 sessions[sid] = transcript.id
             sid = harness.new_session_id()
             w.db.create_session(sid, "cli", cwd=folder)
@@ -234,13 +267,14 @@ def _data_stamp(path: Path) -> list:
     return [str(path), path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest()]
 
 
-def build_home(projects: list[Project], rebuild: bool = False) -> Built:
-    """The home cached under ``.cache/bench/devsessions/home``: built once, reused while intact."""
-    root = world.CACHE / KEY
+def build_home(projects: list[Project], rebuild: bool = False, shape: str = "flat") -> Built:
+    """The home cached under ``.cache/bench/devsessions/home`` (another shape's under
+    ``devsessions-<shape>``): built once, reused while intact."""
+    root = world.CACHE / (KEY if shape == "flat" else f"{KEY}-{shape}")
     home = root / "home"
     manifest = root / "world.json"
     started = time.perf_counter()
-    stamp = {"version": BUILDER_VERSION, "data": _data_stamp(DATA)}
+    stamp = {"version": BUILDER_VERSION, "data": _data_stamp(SHAPES[shape])}
     data = None
     if manifest.exists() and not rebuild:
         data = json.loads(manifest.read_text())
@@ -429,7 +463,7 @@ def ask_plugin(
 def ask_bm25(projects: list[Project], questions: list[Question], limit: int) -> tuple[dict, list[float]]:
     wanted = {q.project for q in questions}
     indexes = {
-        p.id: bm25.SessionBM25({t.id: [text for _, text in t.messages] for t in p.sessions})
+        p.id: bm25.SessionBM25({t.id: [text or "" for _, text in t.messages] for t in p.sessions})
         for p in projects
         if p.id in wanted
     }
@@ -442,11 +476,22 @@ def ask_bm25(projects: list[Project], questions: list[Question], limit: int) -> 
     return ranked, latencies
 
 
+def add_shape_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--shape",
+        default="flat",
+        choices=tuple(SHAPES),
+        help="flat export (default), the Hermes shape (tool_calls, tool rows, reasoning), or that "
+        "plus recall chats (dev_split_hermes_recall.json.gz)",
+    )
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--split", default="all", choices=("tune", "check", "all"))
+    add_shape_arg(parser)
     parser.add_argument("--modes", default="keyword", help="comma-separated: keyword, semantic, hybrid")
     models_setup.add_model_args(parser)
     parser.add_argument("--limit-questions", type=int, default=0, help="first N questions of each project")
@@ -462,14 +507,14 @@ def main(argv: list[str] | None = None) -> dict:
     modes = [m for m in args.modes.split(",") if m]
     if set(modes) - {"keyword", "semantic", "hybrid"}:
         raise SystemExit(f"--modes: keyword, semantic or hybrid, not {args.modes!r}")
-    projects, all_questions = load()
+    projects, all_questions = load(SHAPES[args.shape])
     print(split_summary(all_questions))
     if args.show_split:
         return {}
     questions = select(all_questions, args.split, args.limit_questions)
 
-    built = build_home(projects, rebuild=args.rebuild)
-    world.activate(built.home)
+    built = build_home(projects, rebuild=args.rebuild, shape=args.shape)
+    models_setup.install_policy(world.activate(built.home), args)
     own = {p.id: {t.id for t in p.sessions} for p in projects}
     ranked: dict[str, dict[int, list[str]]] = {}
     latency: dict[str, list[float]] = {}
@@ -486,7 +531,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     print()
     print(
-        f"split={args.split} questions={len(questions)} "
+        f"shape={args.shape} split={args.split} questions={len(questions)} "
         f"home built/loaded in {built.build_seconds:.1f}s ({built.home})"
     )
     if index is not None:

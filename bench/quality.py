@@ -64,6 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--data", default="locomo", choices=("locomo", "transcripts", "both"), help="which questions"
     )
+    devsessions.add_shape_arg(parser)  # --data transcripts only
     parser.add_argument("--rebuild", action="store_true", help="rebuild the cached home and index")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     return parser.parse_args(argv)
@@ -182,11 +183,11 @@ def timing_cells(latencies: list[float]) -> tuple[str, str]:
 
 def transcripts(args: argparse.Namespace, modes: list[str], embedding: dict) -> dict:
     """devsessions.py's questions in each mode and the BM25 baseline, in this run."""
-    projects, all_questions = devsessions.load()
+    projects, all_questions = devsessions.load(devsessions.SHAPES[args.shape])
     split = args.split if args.split in ("tune", "check") else "all"
     questions = devsessions.select(all_questions, split, args.limit_questions)
-    built = devsessions.build_home(projects, rebuild=args.rebuild)
-    world.activate(built.home)
+    built = devsessions.build_home(projects, rebuild=args.rebuild, shape=args.shape)
+    models_setup.install_policy(world.activate(built.home), args)
     index = None
     if modes == ["keyword"]:
         devsessions.keyword_only()
@@ -198,7 +199,7 @@ def transcripts(args: argparse.Namespace, modes: list[str], embedding: dict) -> 
     ranked["bm25"], latency["bm25"] = devsessions.ask_bm25(projects, questions, args.limit)
     own = {p.id: {t.id for t in p.sessions} for p in projects}
     scores = {name: devsessions.score(questions, r, own) for name, r in ranked.items()}
-    print(f"transcripts: model={args.model} split={split} questions={len(questions)}")
+    print(f"transcripts: model={args.model} shape={args.shape} split={split} questions={len(questions)}")
     if index is not None:
         print(f"index built/checked in {index['seconds']:.1f}s")
     print(

@@ -15,7 +15,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Container, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -29,6 +29,7 @@ from .fulltext import (
     keyword_signals,
     keyword_terms,
     plan_query,
+    recall_citations,
     sole_holder,
     without_words,
 )
@@ -234,10 +235,11 @@ class Found:
     semantic_hits: tuple[SemanticHit, ...] = ()  # in scope, with their conversation
     sole_holder: str | None = None  # hybrid: the one conversation holding the exact phrases
     fallback: bool = False  # semantic mode answered with keyword results
+    cites: Mapping[str, frozenset[str]] = field(default_factory=dict)  # recall chats -> what they cite
 
     @property
     def signals(self) -> Signals:
-        return Signals(self.keyword, self.semantic_hits, self.sole_holder)
+        return Signals(self.keyword, self.semantic_hits, self.sole_holder, self.cites)
 
     def session_ids(self) -> set[str]:
         keyword = {hit.message.session_id for hit in self.keyword.hits}
@@ -342,6 +344,9 @@ class _Search:
                 found.sole_holder = sole_holder(
                     self.reader, question.plan, self.scope.conversation_of, question.terms
                 )
+        if self.policy.recall_after_cited and (found.keyword.hits or found.semantic_hits):
+            with self.reader.deadline(self.keyword_deadline):
+                found.cites = recall_citations(self.reader, found.session_ids(), self.scope.conversation_of)
         return found
 
     def rank(self, question: Question, found: Found) -> tuple[tuple[Result, ...], bool]:

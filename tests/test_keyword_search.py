@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import time
 from contextlib import contextmanager
@@ -1335,3 +1336,52 @@ def test_every_result_shows_its_relevance_and_keeps_the_spec_fields(world):
     assert first > 0.5 > second  # 0.5: the relevance floor
     cjk = world.search(now, "归属", limit=5)  # no bm25 to weigh: a substring match
     assert all(0.0 <= r["relevance"] <= 1.0 for r in cjk["results"])
+
+
+def recall_chat(world, repo: str, question: str, cited: str, named: bool = True) -> str:
+    """A chat in which the user asked ``question``, the agent called project_history_search and its
+    answer linked ``cited``, and the agent replied quoting it (as weeks of use leave them)."""
+    chat = world.session(repo, [("user", question)])
+    call = {
+        "id": "call_recall",
+        "type": "function",
+        "function": {"name": "project_history_search", "arguments": json.dumps({"query": question})},
+    }
+    world.db.append_message(chat, "assistant", None, tool_calls=[call])
+    answer = {
+        "success": True,
+        "results": [{"session_id": cited, "link": f"@session:{cited}", "snippet": "...", "relevance": 0.8}],
+    }
+    extra = {"tool_name": "project_history_search"} if named else {}
+    world.db.append_message(chat, "tool", json.dumps(answer), tool_call_id="call_recall", **extra)
+    world.add(
+        chat, [("assistant", f"We decided this earlier: see @session:{cited}. The queue retry policy.")]
+    )
+    return chat
+
+
+def test_a_recall_chat_never_ranks_above_the_conversation_it_cites(world, plugin):
+    """A chat that asked this tool the same question has the question's very words; the
+    conversation its answer links is the answer (issue 30, recall chats)."""
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    decision = world.session(
+        repo,
+        [
+            ("user", "the worker keeps dropping jobs when redis restarts, what retry policy should we use"),
+            (
+                "assistant",
+                "Decided: exponential backoff on the job queue, five retries, then a dead-letter list.",
+            ),
+        ],
+    )
+    for n in range(12):  # bm25 needs a corpus to weigh words against
+        world.session(repo, [("user", f"notes on meeting {n} about the budget"), ("assistant", "noted")])
+    question = "What did we decide about the job queue retry policy?"
+    chat = recall_chat(world, repo, question, decision)
+    unnamed = recall_chat(world, repo, question, decision, named=False)  # a tool row without its name
+    now = world.session(repo)
+    ranked = session_ids(world.search(now, question, limit=5))
+    assert ranked[0] == decision and {chat, unnamed} <= set(ranked)
+    use_policy(plugin, recall_after_cited=False)
+    assert session_ids(world.search(now, question, limit=5)).index(decision) > 0

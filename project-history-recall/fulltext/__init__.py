@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .query import QueryPlan, Term, clean_query, date_windows, keyword_terms, plan_query, without_words
 from .reader import FullTextReader, ScopeIdRegisters
-from .retrieval import common_words, keyword_signals, sole_holder
+from .retrieval import common_words, keyword_signals, recall_citations, sole_holder
 
 __all__ = [
     "FullTextReader",
@@ -20,6 +20,7 @@ __all__ = [
     "keyword_signals",
     "keyword_terms",
     "plan_query",
+    "recall_citations",
     "sole_holder",
     "without_words",
 ]

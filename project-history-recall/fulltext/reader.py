@@ -467,6 +467,33 @@ class FullTextReader:
         ).fetchall()
         return {row[0]: (row[1] or "", row[2] or "") for row in rows}
 
+    def own_tool_results(self, session_ids: Iterable[str], tool: str, limit: int, chars: int) -> list[tuple]:
+        """(session, text) of the ``tool`` rows (the plugin's own results) of these sessions: rows
+        of role ``tool`` named ``tool``, or answering a call of ``tool`` in the same session's
+        assistant ``tool_calls``; at most ``limit`` rows, the first ``chars`` characters of each.
+        A chat that holds one recalled other conversations (``retrieval.recall_citations``)."""
+        columns = self.schema.message_columns
+        named = []
+        if "tool_name" in columns:
+            named.append("m.tool_name = :tool")
+        if {"tool_call_id", "tool_calls"} <= columns:  # a row without its name answers a call of it
+            unnamed = "m.tool_name IS NULL AND " if "tool_name" in columns else ""
+            named.append(
+                f"({unnamed}m.tool_call_id IN (SELECT json_extract(c.value, '$.id') FROM messages a, "
+                "json_each(a.tool_calls) c WHERE a.session_id = m.session_id AND a.role = 'assistant' "
+                "AND a.tool_calls LIKE '%' || :tool || '%' AND json_valid(a.tool_calls) "
+                "AND json_extract(c.value, '$.function.name') = :tool))"
+            )
+        if not named:
+            return []
+        rows = self.conn.execute(
+            "SELECT m.session_id, substr(m.content, 1, :chars) FROM messages m "
+            "WHERE m.session_id IN (SELECT value FROM json_each(:sessions)) AND m.role = 'tool' "
+            f"AND {self.schema.live_message_sql} AND ({' OR '.join(named)}) ORDER BY m.id LIMIT :limit",
+            {"tool": tool, "chars": chars, "sessions": json.dumps(sorted(set(session_ids))), "limit": limit},
+        ).fetchall()
+        return [(row[0], row[1] or "") for row in rows]
+
     def containing(self, message_ids: Iterable[int], needles: Sequence[str]) -> dict[int, int]:
         """How many of ``needles`` each of these messages' text contains (case as written: the
         needles are CJK), for the messages that contain one or more."""

@@ -7,7 +7,9 @@ what and how much to read is the policy's (``ranking.RankingPolicy``).
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -105,6 +107,58 @@ def sole_holder(
             logger.debug("phrase query failed", exc_info=True)
         return None
     return next(iter(found)) if len(found) == 1 else None
+
+
+#: The plugin's own tool: a chat that called it and got its answer recalled other conversations.
+OWN_TOOL = "project_history_search"
+#: Of a search's candidates, the plugin's own results read (each cut to this many characters):
+#: bounded however many recall chats the candidates are.
+CITATION_ROWS = 200
+CITATION_CHARS = 20_000
+_LINK = re.compile(r"@session:(?:[^/\s\"']+/)?([^\s\"'\\,)\]]+)")
+
+
+def cited_sessions(text: str) -> set[str]:
+    """The session ids one of the plugin's own answers links: its results' ``session_id`` and
+    ``parent_session_id``, and ``@session:`` links (of an answer cut short, or quoted)."""
+    found: set[str] = set()
+    try:
+        answer = json.loads(text)
+    except ValueError:
+        answer = None
+    if isinstance(answer, dict) and isinstance(answer.get("results"), list):
+        for row in answer["results"]:
+            if isinstance(row, dict):
+                found.update(
+                    v for k in ("session_id", "parent_session_id") if isinstance(v := row.get(k), str)
+                )
+    found.update(_LINK.findall(text))
+    return found
+
+
+def recall_citations(
+    reader: FullTextReader, candidates: Iterable[str], in_scope: Mapping[str, str]
+) -> dict[str, frozenset[str]]:
+    """Recall chats among the candidate sessions: conversation -> the other conversations of the
+    scope that its own ``project_history_search`` answers link (``ranking.rank`` never ranks a
+    recall chat above a conversation it cites). One bounded read of those sessions' tool rows
+    (:meth:`FullTextReader.own_tool_results`); a failed read cites nothing."""
+    sessions = [sid for sid in dict.fromkeys(candidates) if sid in in_scope]
+    if not sessions:
+        return {}
+    try:
+        rows = reader.own_tool_results(sessions, OWN_TOOL, CITATION_ROWS, CITATION_CHARS)
+    except sqlite3.Error:
+        if not reader.out_of_time:
+            logger.debug("reading the plugin's own results failed", exc_info=True)
+        return {}
+    cites: dict[str, set[str]] = {}
+    for session_id, text in rows:
+        chat = in_scope[session_id]
+        cited = {in_scope[sid] for sid in cited_sessions(text) if sid in in_scope} - {chat}
+        if cited:
+            cites.setdefault(chat, set()).update(cited)
+    return {chat: frozenset(cited) for chat, cited in cites.items()}
 
 
 def only_in_text(terms: Sequence[KeywordTerm], text: str, meta: str) -> float:

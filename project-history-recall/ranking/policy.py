@@ -137,6 +137,11 @@ class RankingPolicy:
     #: tune half, confirmed on the check half; one in-project tune question lost).
     floor_own_terms_only: bool = True
 
+    # ---------------------------------------------------------------- recall chats
+    #: A chat that recalled other conversations with this tool ranks after the ones it cites:
+    #: second-hand, what it cites is the answer (transcripts recall shape, tune half, issue 30).
+    recall_after_cited: bool = True
+
     #: Free-form notes of a variant (benchmarks name their variants with it); not read.
     label: str = field(default="default", compare=False)
 

@@ -12,7 +12,9 @@ Pure: no database, no model, no clock. :func:`rank` reads top to bottom as the s
    keyword's order kept for a question naming things exactly, else keyword's clear winner first.
 4. **The relevance floor** (:func:`has_evidence`): hybrid answers only when something is strong
    enough, or when the question as asked may be (the caller then reads it: ``floor="as_asked"``).
-5. **Dates, one per conversation, relevance**: sessions of a date the question names first, each
+5. **Recall chats after what they cite** (:func:`recall_after_cited`): a chat that recalled other
+   conversations through this tool never ranks above one it cites.
+6. **Dates, one per conversation, relevance**: sessions of a date the question names first, each
    conversation's best message, and how strongly it matches (0-1, 0.5 the floor).
 
 Spec §4.4 (RRF) and §4.5 (the result rows); why each rule and constant: the policy's fields and
@@ -22,7 +24,7 @@ docs/design.md ("Ranking").
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -100,7 +102,10 @@ def rank(
     words, meaning = evidence_by_conversation(keyword, semantic)
     needed = policy.evidence_needed(question.topical_terms)
     results = []
-    for hit in one_per_conversation(dated_first(ranked, dated), limit):
+    ranked = dated_first(ranked, dated)
+    if policy.recall_after_cited and signals.cites:
+        ranked = recall_after_cited(ranked, signals.cites)
+    for hit in one_per_conversation(ranked, limit):
         judged = relevance(words.get(hit.conversation), needed, meaning.get(hit.conversation), policy)
         shown = (
             judged
@@ -425,7 +430,43 @@ def evidence_as_asked(question: Question, signals: Signals, policy: RankingPolic
     return has_evidence(question, keyword, semantic_order(signals.semantic, policy), policy)
 
 
-# ------------------------------------------------------------- 5. dates, one per conversation, relevance
+# --------------------------------------------------------------------------- 5. recall chats
+
+
+def recall_after_cited(ranked: list[Scored], cites: Mapping[str, frozenset[str]]) -> list[Scored]:
+    """Each recall chat (``cites``: conversation -> the conversations it cites) held back until the
+    conversations it cites that are ranked have come, everything else in its order: a chat that
+    found the answer by asking this tool is second-hand, and ranks first by having the question's
+    very words. A cited conversation not ranked brings nothing in; chats citing each other keep
+    their order among themselves, after the rest."""
+    present = {hit.conversation for hit in ranked}
+    seen: set[str] = set()
+    held: dict[str, list[Scored]] = {}  # chat -> its hits held back, in order
+    out: list[Scored] = []
+
+    def ready(chat: str) -> bool:
+        return all(c in seen for c in cites[chat] & present if c != chat)
+
+    for hit in ranked:
+        group = hit.conversation
+        if group in held or (group in cites and group not in seen and not ready(group)):
+            held.setdefault(group, []).append(hit)
+            continue
+        out.append(hit)
+        seen.add(group)
+        progress = True
+        while progress:  # chats whose cited conversations have all come now follow them
+            progress = False
+            for chat in [c for c in held if ready(c)]:
+                out.extend(held.pop(chat))
+                seen.add(chat)
+                progress = True
+    for hits in held.values():
+        out.extend(hits)
+    return out
+
+
+# ------------------------------------------------------------- 6. dates, one per conversation, relevance
 
 
 def dated_first(ranked: list[Scored], dated: frozenset[str]) -> list[Scored]:

@@ -10,7 +10,9 @@ and the scope say about it (dates, common words, an error quoted, identifiers wr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Literal, NamedTuple
 
 #: What one keyword pass added to a message: ``bm25`` (minus FTS5's rank, scaled by the share of
@@ -80,3 +82,6 @@ class Signals:
     #: The one conversation holding every exact phrase of the question (None: none, several, or
     #: not asked); retrieval reads it in hybrid mode.
     sole_holder: str | None = None
+    #: Recall chats among the candidates: conversation -> the conversations of the scope its own
+    #: ``project_history_search`` answers link (second-hand: what they cite is the answer).
+    cites: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))

@@ -357,3 +357,37 @@ def test_the_floor_judges_the_questions_own_terms_not_the_passes_that_fill_the_l
     # The fill passes still rank: a's substring match counts in its score and its relevance.
     (first, *_) = ranking.rank(q, signals, replace(p, floor_own_terms_only=False), 3).results
     assert first.message.conversation == "a" and first.relevance == 1.0
+
+
+# --------------------------------------------------------------------------- recall chats
+
+
+def test_a_recall_chat_ranks_after_the_conversations_it_cites(ranking, r, policy):
+    rows = kw(ranking, ("chat", 1, 30.0), ("other", 2, 20.0), ("decision", 3, 12.0), ("chat", 4, 5.0))
+    cites = {"chat": frozenset({"decision", "elsewhere"})}  # "elsewhere": cited, not ranked
+    moved = r.recall_after_cited(rows, cites)
+    assert ids(moved) == ["other", "decision", "chat", "chat"]
+    assert [row.message.message_id for row in moved if row.conversation == "chat"] == [1, 4]
+    # Only the chat moves: citing nothing ranked, or ranked after what it cites already, it stays.
+    assert r.recall_after_cited(rows, {"chat": frozenset({"elsewhere"})}) == rows
+    assert r.recall_after_cited(rows, {"decision": frozenset({"other"})}) == rows
+    # Chats citing each other keep their order; a chain follows what it cites.
+    loop = {"chat": frozenset({"other"}), "other": frozenset({"chat"})}
+    assert ids(r.recall_after_cited(rows, loop)) == ["decision", "chat", "chat", "other"]
+    chain = {"chat": frozenset({"other"}), "other": frozenset({"decision"})}
+    assert ids(r.recall_after_cited(rows, chain)) == ["decision", "other", "chat", "chat"]
+
+
+def test_rank_puts_a_recall_chat_after_what_it_cites_under_the_policys_switch(ranking, policy):
+    hits = (
+        hit(ranking, "chat", 1, ("bm25", 30.0)),
+        hit(ranking, "decision", 2, ("bm25", 12.0)),
+        hit(ranking, "other", 3, ("bm25", 11.0)),
+    )
+    signals = ranking.Signals(ranking.KeywordSignals(hits), cites={"chat": frozenset({"decision"})})
+    for mode in ("keyword", "hybrid"):
+        question = ranking.Question(mode, topical_terms=3)
+        ranked = ranking.rank(question, signals, policy, 10)
+        assert [x.message.conversation for x in ranked.results] == ["decision", "chat", "other"]
+        off = ranking.rank(question, signals, replace(policy, recall_after_cited=False), 10)
+        assert [x.message.conversation for x in off.results] == ["chat", "decision", "other"]
