@@ -140,32 +140,14 @@ class FolderIndex:
 
     def match(self, path: str | None) -> tuple[Mapping[str, Any] | None, int]:
         """The project of the deepest folder that is ``path`` or an ancestor of it, and its depth
-        (its number of names, a drive letter included, as the desktop counts them).
-
-        A folder whose name ends in whitespace (``/work/shop ``) is also found under the name
-        Hermes's ``projects_db`` records for it, which strips the path (``/work/shop``), as the
-        desktop strips a session's cwd before it compares: the exact name first."""
+        (its number of names, a drive letter included, as the desktop counts them)."""
         parts = path_parts(path)
         unnamed = 0 if parts and parts[0].endswith(":") else 1
         for end in range(len(parts), 1, -1):
             owner = self._owner_by_folder.get(parts[:end])
-            if owner is None:
-                recorded = as_registered(parts[:end])
-                owner = self._owner_by_folder.get(recorded) if recorded else None
             if owner is not None:
                 return owner, end - unnamed
         return None, -1
-
-
-def as_registered(parts: Parts) -> Parts | None:
-    """The folder ``parts`` as Hermes's ``projects_db`` records it when it is registered: the path
-    stripped of the whitespace around it (``_normalize_path``), so a last name ending in
-    whitespace loses it. None when that changes nothing (or leaves no name)."""
-    last = parts[-1] if len(parts) > 1 else ""
-    stripped = last.rstrip()
-    if stripped == last or not stripped:
-        return None
-    return (*parts[:-1], stripped)
 
 
 class ExcludedRoots:

@@ -188,7 +188,8 @@ def test_index_refuses_an_indexer_lock_that_is_a_symlink(world, plugin):
 def test_a_folder_whose_name_ends_in_a_space_is_its_projects(world):
     shop = world.folder("shop ")
     assert shop.endswith("shop ")
-    world.project("Shop", shop)  # projects_db records "/.../shop", stripped
+    world.project("Shop", shop)  # projects_db records "/.../shop", stripped, which does not exist
+    # (when it exists, it is the folder meant: tests/test_hostile.py keeps its neighbour outside)
     earlier = world.session(shop, [("user", "The pelican checkout flow needs a retry button")])
     current = world.session(shop, [("user", "hi")])
     answer = world.search(current, "pelican checkout")

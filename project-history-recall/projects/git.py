@@ -133,6 +133,28 @@ def real_path(path: str | None) -> str:
         return value
 
 
+def registered_folders(path: str) -> list[str]:
+    """The folders a project folder recorded by Hermes's ``projects_db`` names, as real paths.
+
+    ``projects_db`` strips the path it registers, so ``/work/shop `` is recorded as
+    ``/work/shop``. When the recorded folder exists it is the one meant (a folder beside it
+    whose name only adds whitespace stays outside: tests/test_hostile.py); when it does not,
+    the folders beside it that are its name plus trailing whitespace are (issue 31)."""
+    value = path or ""
+    if not is_host_path(value) or os.path.lexists(value):
+        return [real_path(value)]
+    parent, name = os.path.split(value)
+    try:
+        spelled = sorted(
+            entry.path
+            for entry in os.scandir(parent)
+            if entry.name != name and entry.name.rstrip() == name and entry.is_dir()
+        )
+    except (OSError, ValueError):
+        spelled = []
+    return [real_path(folder) for folder in spelled] or [real_path(value)]
+
+
 def _git_entry_signature(marker: str) -> str:
     """What must stay the same for git's answer about ``marker`` to stay true ("" if gone)."""
     try:
@@ -257,6 +279,7 @@ class GitProbe:
         self._lock = threading.Lock()
         self._epoch = -1
         self._real: dict[str, str] = {}
+        self._registered: dict[str, list[str]] = {}
         self._markers: dict[str, str] = {}
         self._answers: dict[str, Answer] = {}
         self._persisted: dict[str, set[str]] = {}  # store path -> markers written or read there
@@ -280,6 +303,7 @@ class GitProbe:
             with self._lock:
                 if epoch != self._epoch:
                     self._real.clear()
+                    self._registered.clear()
                     self._markers.clear()
                     self._epoch = epoch
         return self._epoch
@@ -289,6 +313,14 @@ class GitProbe:
         known = self._real.get(value)
         if known is None:
             known = self._real[value] = real_path(value)
+        return known
+
+    def registered(self, path: str | None) -> list[str]:
+        """:func:`registered_folders`, remembered for the facts epoch like :meth:`real`."""
+        value = path or ""
+        known = self._registered.get(value)
+        if known is None:
+            known = self._registered[value] = registered_folders(value)
         return known
 
     def marker(self, folder: str) -> str | None:

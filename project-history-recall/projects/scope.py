@@ -236,7 +236,7 @@ class ProjectMap:
         key = (projects_token, epoch, roots, trees)
         if home.inputs_key == key and home.index is not None:
             return
-        real = self.probe.real
+        real, registered = self.probe.real, self.probe.registered
         listed = self.db.projects()
         recorded = {
             str(project.get("id")): [
@@ -250,7 +250,10 @@ class ProjectMap:
                 "id": project.get("id"),
                 "name": project.get("name"),
                 "archived": project.get("archived"),
-                "folders": [real(folder) for folder in recorded[str(project.get("id"))]],
+                # a folder ending in whitespace is recorded stripped (git.registered_folders)
+                "folders": [
+                    spelled for folder in recorded[str(project.get("id"))] for spelled in registered(folder)
+                ],
             }
             for project in listed
         ]

@@ -177,19 +177,6 @@ def test_folder_index_deepest_folder_wins(attr):
     assert attr.FolderIndex([inner, outer]).match("/w/app/lib/x") == (inner, 3)
 
 
-def test_folder_index_finds_a_folder_ending_in_whitespace_under_its_registered_name(attr):
-    # Issue 31: projects_db strips the path it registers ("/work/shop " is kept as "/work/shop").
-    shop = project("p1", "Shop", "/work/shop")
-    index = attr.FolderIndex([shop])
-    assert index.match("/work/shop ") == (shop, 2)
-    assert index.match("/work/shop \t/src") == (shop, 2)
-    assert index.match("/work/shop") == (shop, 2)
-    assert index.match("/work/shopping") == (None, -1)
-    assert index.match("/work/ shop") == (None, -1)  # a leading space is part of the name
-    exact = project("p2", "Spaced", "/work/shop ")  # recorded as written (not through projects_db)
-    assert attr.FolderIndex([exact, shop]).match("/work/shop ") == (exact, 2)
-
-
 def test_folder_index_first_project_keeps_a_shared_folder(attr):
     first = project("p_first", "First", "/shared")
     second = project("p_second", "Second", "/shared/", "/only-second")
