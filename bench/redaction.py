@@ -269,8 +269,8 @@ def main() -> int:
     per_message = time_each(texts, {"old": old.redact_secrets, "new": new.redact_secrets}, args.rounds)
     p50 = {name: sorted(values)[len(values) // 2] for name, values in per_message.items()}
     print(
-        f"us per message, p50 (best of {args.rounds} per message): old {p50['old']:.1f}, new {p50['new']:.1f} "
-        f"({p50['new'] / p50['old']:.2f}x)"
+        f"us per message, p50 (best of {args.rounds} per message): old {p50['old']:.1f}, "
+        f"new {p50['new']:.1f} ({p50['new'] / p50['old']:.2f}x)"
     )
     lengths = sorted(len(t) for t in texts)
     print(

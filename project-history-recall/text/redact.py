@@ -51,16 +51,23 @@ How a text is read:
     bold, or in a script other than Latin) only a first word that is no plain word goes. Keys whose
     last word says they are not the secret stay too (``password_hash``, ``token_count``,
     ``max_tokens``, ``api_key_id``, ``public_key``).
+  - ``gitleaks``: gitleaks' default rules (8.30.1, MIT, see gitleaks_rules.LICENSE), shipped as
+    data beside this module (``gitleaks_rules.json``, made by bench/gitleaks_rules.py from
+    upstream's ``gitleaks.toml``): provider shapes by prefix and name-keyed values
+    (``mailgun: key-...``), with their entropy thresholds and allowlists. Without the file the
+    rules above run alone.
 
 * Idempotent (the placeholder is a stand-in value to every rule), never raises (an internal failure
   yields :data:`PLACEHOLDER` alone: fail closed), and not switched off by Hermes's
   ``HERMES_REDACT_SECRETS``: only Hermes's list of patterns is borrowed, never its redactor.
 
-Standard library only; no module state but compiled patterns and constants (Hermes's list is read
-once, through :func:`functools.cache`). Cost: two scans of every text (label words on the lowered
-text; runs of token characters for the prefixes) and a few substring checks; on the development
-transcripts (9,261 messages, 3,071 characters on average) about 1.3 times the redaction it
-replaces (bench/redaction.py). detect-secrets (1.5, default plugins, line by line) is not used,
+Standard library only; no module state but compiled patterns and constants (Hermes's list and
+gitleaks' rules are read once, through :func:`functools.cache`). With gitleaks' rules a message
+costs about 1.3 times what it did without them (bench/redaction.py). Cost of the others: two
+scans of every text (label words on the lowered text; runs of token characters for the
+prefixes) and a few substring checks; on the development transcripts (9,261 messages, 3,071
+characters on average) about 1.3 times the redaction they replaced (bench/redaction.py).
+detect-secrets (1.5, default plugins, line by line) is not used,
 not even optionally: on the first 1,500 of those messages it took about 200 times as long per
 message and flagged 84% of them (its entropy and keyword detectors are meant for files with a
 baseline of accepted findings), and even counting any overlapping finding as a catch it missed
