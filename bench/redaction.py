@@ -124,6 +124,19 @@ def time_both(texts: list[str], functions: dict[str, Any], rounds: int) -> dict[
     return {name: seconds / len(texts) * 1e6 for name, seconds in best.items()}
 
 
+def time_each(texts: list[str], functions: dict[str, Any], rounds: int) -> dict[str, list[float]]:
+    """Microseconds for each message and function: best of ``rounds``, the functions interleaved
+    on each message (wall time: a message is too short for CPU time's resolution)."""
+    best = {name: [float("inf")] * len(texts) for name in functions}
+    for _ in range(rounds):
+        for index, text in enumerate(texts):
+            for name, function in functions.items():
+                started = time.perf_counter()
+                function(text)
+                best[name][index] = min(best[name][index], (time.perf_counter() - started) * 1e6)
+    return best
+
+
 def question_words(question: str) -> set[str]:
     return {w for w in WORD.findall(question) if len(w) >= 3}
 
@@ -164,6 +177,7 @@ def main() -> int:
     new = load_module("_redact", ROOT / "project-history-recall" / "text" / "redact.py")
     old, old_name = load_old(args.old)
     corpus = load_module("_credentials", ROOT / "tests" / "credentials.py").CORPUS
+    upstream = load_module("_credentials_upstream", ROOT / "tests" / "credentials_upstream.py").CORPUS
     messages, questions = load_data()
     texts = [text for _, _, text in messages]
     tune = tune_projects()
@@ -177,7 +191,16 @@ def main() -> int:
     print(f"corpus: {len(corpus)} credential shapes; leaks new {len(leaks_new)}, old {len(leaks_old)}")
     if leaks_new:
         print("  new leaks:", ", ".join(leaks_new))
-    print(f"  old leaks: {', '.join(leaks_old)}\n")
+    print(f"  old leaks: {', '.join(leaks_old)}")
+    up_new = corpus_leaks(new.redact_secrets, upstream)
+    up_old = corpus_leaks(old.redact_secrets, upstream)
+    print(
+        f"upstream corpus (tests/credentials_upstream.py, from gitleaks' rules): {len(upstream)} shapes; "
+        f"leaks new {len(up_new)}, old {len(up_old)}"
+    )
+    if up_new:
+        print("  new leaks:", ", ".join(up_new))
+    print()
 
     # -- what redaction removes from the transcripts
     after_new = [new.redact_secrets(text) for text in texts]
@@ -243,6 +266,12 @@ def main() -> int:
         f"us per message (best of {args.rounds}, CPU time, interleaved): old {timing['old']:.1f}, "
         f"new {timing['new']:.1f} ({timing['new'] / timing['old']:.2f}x)"
     )
+    per_message = time_each(texts, {"old": old.redact_secrets, "new": new.redact_secrets}, args.rounds)
+    p50 = {name: sorted(values)[len(values) // 2] for name, values in per_message.items()}
+    print(
+        f"us per message, p50 (best of {args.rounds} per message): old {p50['old']:.1f}, "
+        f"new {p50['new']:.1f} ({p50['new'] / p50['old']:.2f}x)"
+    )
     lengths = sorted(len(t) for t in texts)
     print(
         f"  messages: median {lengths[len(lengths) // 2]} characters, mean {sum(lengths) / len(lengths):.0f}"
@@ -255,6 +284,8 @@ def main() -> int:
                     "messages": len(texts),
                     "corpus": len(corpus),
                     "leaks": {"new": leaks_new, "old": leaks_old},
+                    "upstream_leaks": {"new": up_new, "old": up_old},
+                    "us_per_message_p50": p50,
                     "changed": {"new": changed_new, "old": changed_old},
                     "removed_characters": {"new": removed, "old": removed_old},
                     "spans_by_rule": dict(by_rule),

@@ -1385,3 +1385,23 @@ def test_a_recall_chat_never_ranks_above_the_conversation_it_cites(world, plugin
     assert ranked[0] == decision and {chat, unnamed} <= set(ranked)
     use_policy(plugin, recall_after_cited=False)
     assert session_ids(world.search(now, question, limit=5)).index(decision) > 0
+
+
+def test_titles_and_snippets_with_upstream_token_shapes_come_back_redacted(world):
+    """Titles go through the same redaction as snippets, gitleaks' rules included (issue 31: ten
+    tokens in titles came back as they were)."""
+    shopify = "shp" + "at_" + "3f9a1c2b7d4e5f60718293a4b5c6d7e8"
+    databricks = "da" + "pi" + "0a1b2c3d4e5f60718293a4b5c6d7e8f9"
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    old = world.session(
+        repo,
+        [("user", f"the storefront deploy failed, token {databricks} was rejected")],
+        title=f"Storefront deploy with {shopify}",
+    )
+    now = world.session(repo, [("user", "what broke the storefront deploy?")])
+    result = world.search(now, "storefront deploy")
+    (hit,) = [r for r in result["results"] if r["session_id"] == old]
+    assert hit["title"] == "Storefront deploy with [redacted]"
+    assert databricks not in hit["snippet"] and "[redacted]" in hit["snippet"]
+    assert shopify not in str(result) and databricks not in str(result)

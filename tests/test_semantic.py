@@ -453,3 +453,24 @@ def test_hybrid_keeps_the_keyword_order_for_a_question_quoting_an_error(project,
     assert session_ids(project.search(project.current, question, mode="hybrid"))[:2] == [hit, neighbour]
     use_policy(plugin, exact_names_keep_keyword_order=False)
     assert session_ids(project.search(project.current, question, mode="hybrid"))[:2] == [neighbour, hit]
+
+
+def test_a_token_typed_in_a_hybrid_query_is_sent_redacted(greeted, server):
+    """The query's text goes to a remote embedder through the same redaction as snippets (issue
+    31: twelve of twelve tokens typed in a hybrid query were sent as typed)."""
+    token = "shp" + "at_" + "3f9a1c2b7d4e5f60718293a4b5c6d7e8"
+    grafana = "gl" + "sa_" + "Zq7Xk2Lm9Np4Rs8Tv1Wy6Ab3Cd5Ef0Gh" + "_" + "a1b2c3d4"
+    greeted.search(greeted.current, f"flaky test after rotating {token}", mode="hybrid")
+    greeted.search(greeted.current, f"flaky {grafana}", mode="semantic")
+    sent = _queries(server)
+    assert sent and all(token not in text and grafana not in text for text in sent)
+    assert any("[redacted]" in text for text in sent)
+
+
+def test_messages_with_upstream_token_shapes_reach_the_embedder_redacted(project, server):
+    token = "pu" + "l-" + "0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d"
+    project.session(project.repo, [("user", f"pulumi login failed with {token} on the staging stack")])
+    project.search(project.current, "pulumi staging login", mode="hybrid")
+    documents = document_texts(server)
+    assert any("staging stack" in text for text in documents)
+    assert not any(token in text for text in documents)

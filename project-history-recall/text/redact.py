@@ -51,16 +51,23 @@ How a text is read:
     bold, or in a script other than Latin) only a first word that is no plain word goes. Keys whose
     last word says they are not the secret stay too (``password_hash``, ``token_count``,
     ``max_tokens``, ``api_key_id``, ``public_key``).
+  - ``gitleaks``: gitleaks' default rules (8.30.1, MIT, see gitleaks_rules.LICENSE), shipped as
+    data beside this module (``gitleaks_rules.json``, made by bench/gitleaks_rules.py from
+    upstream's ``gitleaks.toml``): provider shapes by prefix and name-keyed values
+    (``mailgun: key-...``), with their entropy thresholds and allowlists. Without the file the
+    rules above run alone.
 
 * Idempotent (the placeholder is a stand-in value to every rule), never raises (an internal failure
   yields :data:`PLACEHOLDER` alone: fail closed), and not switched off by Hermes's
   ``HERMES_REDACT_SECRETS``: only Hermes's list of patterns is borrowed, never its redactor.
 
-Standard library only; no module state but compiled patterns and constants (Hermes's list is read
-once, through :func:`functools.cache`). Cost: two scans of every text (label words on the lowered
-text; runs of token characters for the prefixes) and a few substring checks; on the development
-transcripts (9,261 messages, 3,071 characters on average) about 1.3 times the redaction it
-replaces (bench/redaction.py). detect-secrets (1.5, default plugins, line by line) is not used,
+Standard library only; no module state but compiled patterns and constants (Hermes's list and
+gitleaks' rules are read once, through :func:`functools.cache`). With gitleaks' rules a message
+costs about 1.3 times what it did without them (bench/redaction.py). Cost of the others: two
+scans of every text (label words on the lowered text; runs of token characters for the
+prefixes) and a few substring checks; on the development transcripts (9,261 messages, 3,071
+characters on average) about 1.3 times the redaction they replaced (bench/redaction.py).
+detect-secrets (1.5, default plugins, line by line) is not used,
 not even optionally: on the first 1,500 of those messages it took about 200 times as long per
 message and flagged 84% of them (its entropy and keyword detectors are meant for files with a
 baseline of accepted findings), and even counting any overlapping finding as a catch it missed
@@ -73,9 +80,14 @@ import base64
 import binascii
 import bisect
 import functools
+import json
+import math
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
 
 PLACEHOLDER = "[redacted]"
@@ -588,7 +600,7 @@ class _Scan:
     """One text's view, lowered view, prefix list, and what more than one rule reads (the long runs
     of token characters; the label matches), each found once."""
 
-    __slots__ = ("_labels", "_runs", "low", "patterns", "view")
+    __slots__ = ("_labels", "_runs", "leak_runs", "low", "patterns", "view")
     _runs: tuple[list[int], int] | None
 
     def __init__(self, view: str, patterns: tuple[str, ...]) -> None:
@@ -599,6 +611,7 @@ class _Scan:
         self.low = low
         self.patterns = patterns
         self._runs = None
+        self.leak_runs: list[str] = []  # lowered runs that start with a gitleaks keyword
         self._labels: list[tuple[str, str, int, int]] | None = None
 
     def runs(self) -> tuple[list[int], int]:
@@ -609,12 +622,17 @@ class _Scan:
             starts: list[int] = []
             mixed = 0
             literals = _prefix_regex(self.patterns)[0]
+            leaks = gitleaks_rules()
+            glued = leaks.glued if leaks else {}
+            self.leak_runs = []
             for run in _RUN.finditer(self.view):
                 text = run.group()
                 if text.startswith(literals):
                     starts.append(run.start())
                 elif len(text) >= 20 and _mixed(text):
                     mixed += 1
+                if text[:2].lower() in glued:
+                    self.leak_runs.append(text.lower())
             self._runs = (starts, mixed)
         return self._runs
 
@@ -1173,6 +1191,203 @@ def _env_line(view: str, at: int, line: str) -> bool:
     return bool(_SHELL_KEY.fullmatch(view, line_start + 1, at)) and not _COMMAND_AFTER.search(line)
 
 
+# --------------------------------------------------------------------------- gitleaks' rules
+
+#: gitleaks' default rules (MIT), converted to Python regexes by bench/gitleaks_rules.py: beside
+#: this module, loaded with it (by path too). See gitleaks_rules.LICENSE.
+GITLEAKS_FILE = Path(__file__).with_name("gitleaks_rules.json")
+# Bytes that are not ASCII letters or digits become spaces: a text's words, split in C.
+_NOT_ALNUM = bytes(c if chr(c).isascii() and chr(c).isalnum() else 32 for c in range(256))
+
+
+class _Leaks(NamedTuple):
+    version: str
+    rules: tuple[dict, ...]
+    by_core: dict[bytes, tuple[int, ...]]  # a keyword's first word -> the rules it gates
+    cores: frozenset[bytes]
+    glued: dict[str, tuple[str, ...]]  # cores by their first two letters, for the starts of runs
+    direct: tuple[tuple[str, int], ...]  # keywords whose first word is one letter: looked for as is
+    allow: tuple[re.Pattern[str], ...]
+    stopwords: tuple[str, ...]
+
+
+def _core(keyword: str) -> str:
+    word = re.search(r"[a-z0-9]+", keyword)
+    return word.group() if word else keyword
+
+
+@functools.cache
+def gitleaks_rules() -> _Leaks | None:
+    """gitleaks' rules as shipped beside this module, or None when the file is missing or does not
+    read (the rules above still run)."""
+    try:
+        data = json.loads(GITLEAKS_FILE.read_text(encoding="utf-8"))
+        rules = tuple(data["rules"])
+        by_core: dict[bytes, set[int]] = {}
+        direct = []
+        for index, rule in enumerate(rules):
+            for keyword in rule["keywords"]:
+                core = _core(keyword)
+                if len(core) > 1:
+                    by_core.setdefault(core.encode("ascii"), set()).add(index)
+                else:
+                    direct.append((keyword, index))
+        glued: dict[str, tuple[str, ...]] = {}
+        for word in sorted(c.decode("ascii") for c in by_core):
+            glued[word[:2]] = (*glued.get(word[:2], ()), word)
+        return _Leaks(
+            str(data["version"]),
+            rules,
+            {core: tuple(sorted(ids)) for core, ids in by_core.items()},
+            frozenset(by_core),
+            glued,
+            tuple(direct),
+            tuple(re.compile(r, re.ASCII) for r in data["allow"]["regexes"]),
+            tuple(data["allow"]["stopwords"]),
+        )
+    except Exception:
+        return None
+
+
+@functools.cache
+def _leak_regex(index: int) -> re.Pattern[str]:
+    leaks = gitleaks_rules()
+    assert leaks is not None
+    return re.compile(leaks.rules[index]["regex"], re.ASCII)
+
+
+@functools.cache
+def _allow_regexes(index: int) -> tuple[tuple[str, str, tuple[re.Pattern[str], ...], tuple[str, ...]], ...]:
+    leaks = gitleaks_rules()
+    assert leaks is not None
+    return tuple(
+        (
+            a["condition"],
+            a["target"],
+            tuple(re.compile(r, re.ASCII) for r in a["regexes"]),
+            tuple(a["stopwords"]),
+        )
+        for a in leaks.rules[index]["allow"]
+    )
+
+
+def _entropy(value: str) -> float:
+    """Shannon entropy in bits per character, as gitleaks computes it."""
+    size = len(value)
+    return -sum(n / size * math.log2(n / size) for n in Counter(value).values()) if size else 0.0
+
+
+def _allowed(index: int, secret: str, match: str, line: str) -> bool:
+    """True when one of the rule's allowlists lets the finding go."""
+    lowered = secret.lower()
+    for condition, target, regexes, stopwords in _allow_regexes(index):
+        subject = match if target == "match" else line if target == "line" else secret
+        checks = []
+        if regexes:
+            checks.append(any(r.search(subject) for r in regexes))
+        if stopwords:
+            checks.append(any(w in lowered for w in stopwords))
+        if checks and (all(checks) if condition == "AND" else any(checks)):
+            return True
+    return False
+
+
+def _gitleaks(scan: _Scan, spans: Spans) -> None:
+    """gitleaks' rules whose keywords occur, each run on the lines around its keywords.
+
+    A keyword counts when its first word (letters and digits) is one of the text's words, or starts
+    a run of token characters (``dapi0123...``), or, for a one-letter word (``q~``, ``s.``), when it
+    occurs as is; then, as gitleaks does, the keyword itself must occur in the lowered text. A rule
+    runs on each line that holds one of its keywords and the line after (gitleaks' rules are read
+    line by line; reading only there keeps a long text cheap). The secret is the rule's secret
+    group, else its first group that matched, else the whole match; it counts when its entropy is
+    over the rule's, no allowlist (the rule's, gitleaks' global one) lets it go, and it is no
+    stand-in."""
+    leaks = gitleaks_rules()
+    if leaks is None:
+        return
+    view, low = scan.view, scan.low
+    found = leaks.cores.intersection(low.encode("utf-8", "surrogatepass").translate(_NOT_ALNUM).split())
+    scan.runs()
+    if scan.leak_runs:
+        found = found.union(
+            core.encode() for run in scan.leak_runs for core in leaks.glued[run[:2]] if run.startswith(core)
+        )
+    indexes = {i for keyword, i in leaks.direct if keyword in low}
+    for core in found:
+        indexes.update(leaks.by_core[core])
+    where: dict[str, list[int]] = {}
+    for index in sorted(indexes):
+        rule = leaks.rules[index]
+        if len(view) <= _WHOLE_TEXT:  # short: the whole text, once a keyword is there
+            if any(keyword in low for keyword in rule["keywords"]):
+                _leak_matches(leaks, index, view, 0, len(view), spans)
+            continue
+        windows: list[tuple[int, int]] = []
+        for keyword in rule["keywords"]:
+            if keyword not in where:
+                where[keyword] = _occurrences(low, keyword)
+            windows += [_lines_around(view, at) for at in where[keyword]]
+        for start, end in _merged_windows(windows):
+            _leak_matches(leaks, index, view, start, end, spans)
+
+
+_WHOLE_TEXT = 2048  # characters: up to this length a rule reads the whole text
+
+
+def _occurrences(low: str, keyword: str, most: int = 256) -> list[int]:
+    """Where ``keyword`` occurs in ``low``; ``[-1]`` (the whole text) past ``most``."""
+    found: list[int] = []
+    at = low.find(keyword)
+    while at >= 0:
+        if len(found) == most:
+            return [-1]
+        found.append(at)
+        at = low.find(keyword, at + 1)
+    return found
+
+
+def _lines_around(view: str, at: int) -> tuple[int, int]:
+    """From just before the line holding ``at`` (its line break: ``\\s`` may need it) to the end of
+    the line after; ``at`` -1 for the whole text."""
+    if at < 0:
+        return 0, len(view)
+    start = max(0, view.rfind("\n", 0, at))
+    end = view.find("\n", at)
+    end = view.find("\n", end + 1) if end >= 0 else -1
+    return start, end if end >= 0 else len(view)
+
+
+def _merged_windows(windows: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(windows):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _leak_matches(leaks: _Leaks, index: int, view: str, start: int, end: int, spans: Spans) -> None:
+    rule = leaks.rules[index]
+    for match in _leak_regex(index).finditer(view, start, end):
+        group = rule["group"] or next((g for g in range(1, match.re.groups + 1) if match.group(g)), 0)
+        secret = match.group(group)
+        if not secret or (rule["entropy"] and _entropy(secret) <= rule["entropy"]):
+            continue
+        if _is_placeholder(secret) or any(r.search(secret) for r in leaks.allow):
+            continue
+        if any(w in secret.lower() for w in leaks.stopwords):
+            continue
+        if rule["allow"]:
+            line_start = view.rfind("\n", 0, match.start()) + 1
+            line_end = view.find("\n", match.end())
+            line = view[line_start : line_end if line_end >= 0 else len(view)]
+            if _allowed(index, secret, match.group(), line):
+                continue
+        spans.append(match.span(group))
+
+
 #: The rules, in the order they run: (name, function(scan, spans)).
 RULES: tuple[tuple[str, Callable[[_Scan, Spans], None]], ...] = (
     ("armor", _armor),
@@ -1182,6 +1397,7 @@ RULES: tuple[tuple[str, Callable[[_Scan, Spans], None]], ...] = (
     ("header", _header),
     ("command", _command),
     ("label", _label),
+    ("gitleaks", _gitleaks),
 )
 
 # --------------------------------------------------------------------------- redaction

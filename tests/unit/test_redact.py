@@ -6,7 +6,9 @@ plugin's venv; the tests that compare with it are skipped otherwise)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import time
 import unicodedata
 from pathlib import Path
 
@@ -333,3 +335,98 @@ def test_the_unicode_tables_match_the_running_python():
             assert dropped.match(char), hex(code)
         if not stable.match(char) and not (0xD800 <= code <= 0xDFFF):  # in the stable ranges
             assert unicodedata.normalize("NFKC", char) == char and not dropped.match(char), hex(code)
+
+
+# --------------------------------------------------------------------------- gitleaks' rules
+
+UPSTREAM = _load("_credentials_upstream", REPO / "tests" / "credentials_upstream.py").CORPUS
+RULES_BENCH = _load("_gitleaks_rules", REPO / "bench" / "gitleaks_rules.py")
+
+
+def test_gitleaks_rules_ship_beside_the_module_with_their_licence_and_version():
+    leaks = redact.gitleaks_rules()
+    assert leaks is not None and leaks.version == "8.30.1"
+    assert len(leaks.rules) >= 200
+    notice = redact.GITLEAKS_FILE.with_name("gitleaks_rules.LICENSE").read_text()
+    assert "MIT License" in notice and "Zachary Rice" in notice
+    data = json.loads(redact.GITLEAKS_FILE.read_text())
+    assert "generic-api-key" in data["excluded"] and data["generated_by"] == "bench/gitleaks_rules.py"
+    for index in range(len(leaks.rules)):
+        assert redact._leak_regex(index).pattern  # every rule compiles
+
+
+def test_the_upstream_corpus_has_shapes_of_its_own():
+    names = [entry.name for entry in UPSTREAM]
+    assert len(names) == len(set(names)) >= 40
+    ours = {secret for entry in CORPUS for secret in entry.secrets}
+    assert all(entry.secrets and not set(entry.secrets) & ours for entry in UPSTREAM)
+    assert all(secret in entry.text for entry in UPSTREAM for secret in entry.secrets)
+
+
+@pytest.mark.parametrize("entry", UPSTREAM, ids=[entry.name for entry in UPSTREAM])
+def test_every_secret_of_the_upstream_corpus_is_gone(entry):
+    redacted = redact.redact_secrets(entry.text)
+    for secret in entry.secrets:
+        assert secret not in redacted, redacted
+    assert P in redacted
+
+
+def test_without_the_rule_file_our_own_rules_still_run(monkeypatch, tmp_path):
+    monkeypatch.setattr(redact, "GITLEAKS_FILE", tmp_path / "missing.json")
+    redact.gitleaks_rules.cache_clear()
+    redact._leak_regex.cache_clear()
+    redact._allow_regexes.cache_clear()
+    try:
+        assert redact.gitleaks_rules() is None
+        for entry in CORPUS:
+            redacted = redact.redact_secrets(entry.text)
+            assert not any(secret in redacted for secret in entry.secrets), entry.name
+    finally:
+        monkeypatch.undo()
+        redact.gitleaks_rules.cache_clear()
+        redact._leak_regex.cache_clear()
+        redact._allow_regexes.cache_clear()
+    assert redact.gitleaks_rules() is not None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "shopify app: shp" + "at_0123456789abcdef",  # too short for the rule
+        "the vault path s.example.internal and o.f.c.i.s.DefaultSqlScriptExecutor",
+        "mailgun: key-your-mailgun-key",
+        "pulumi up --stack dev && databricks fs ls dbfs:/",
+        "commit 3f9a1c2b7d4e5f60718293a4b5c6d7e8f9a0b1c2 (HEAD -> main)",
+    ],
+)
+def test_gitleaks_rules_leave_ordinary_text(text):
+    assert redact.redact_secrets(text) == text
+
+
+def test_gitleaks_rules_stay_linear_on_hostile_text():
+    leaks = redact.gitleaks_rules()
+    assert leaks is not None
+    fillers = ("a", "A1", "-", "0", "=", " ", ".", "a ", "'", "\\n", ": ", "\n")
+    worst = 0.0
+    for index, rule in enumerate(leaks.rules):
+        pattern = redact._leak_regex(index)
+        for keyword in rule["keywords"][:2]:
+            for filler in fillers:
+                for text in (keyword + filler * 2000, (keyword + filler) * 1000, filler * 2000 + keyword):
+                    started = time.perf_counter()
+                    list(pattern.finditer(text))
+                    worst = max(worst, time.perf_counter() - started)
+    assert worst < 0.25, worst  # about 5 ms on a developer's machine; backtracking would be seconds
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        (r"\b(p8e-(?i)[a-z0-9]{32})", r"\b(p8e-(?i:[a-z0-9]{32}))"),
+        (r"(?i)\b(x[\w[]{3})(?:\s|\z)", r"(?i)\b(x[\w\[]{3})(?:\s|\Z)"),
+        (r"a(?i)b|c", r"a(?i:b)|(?i:c)"),
+        (r"[[:alnum:]]{4}", r"[a-zA-Z0-9]{4}"),
+    ],
+)
+def test_go_patterns_are_translated_for_python(pattern, expected):
+    assert RULES_BENCH.translate(pattern) == expected
