@@ -531,7 +531,14 @@ FALLBACK_PREFIX_PATTERNS = (
     r"sk_[A-Za-z0-9_]{10,}",
 )
 #: Shapes Hermes's list lacks, used with either list: GitLab tokens, AWS temporary key ids.
-EXTRA_PREFIX_PATTERNS = (r"glpat-[A-Za-z0-9_-]{16,}", r"ASIA[A-Z0-9]{16}")
+EXTRA_PREFIX_PATTERNS = (
+    r"glpat-[A-Za-z0-9_-]{16,}",
+    r"ASIA[A-Z0-9]{16}",
+    # Neither Hermes's list nor gitleaks' rules have these bare: Stripe webhook signing secrets,
+    # New Relic user API keys without their label.
+    r"whsec_[A-Za-z0-9]{24,}",
+    r"NRAK-[A-Z0-9]{27}",
+)
 _REGEX_META = "[(\\.?*+|{^$"
 
 
@@ -940,6 +947,19 @@ _COMMANDS = (
     ),
     (("sshpass",), re.compile(r"sshpass[ \t]+-p[ \t]*(?P<v>[^\s]{1,256})")),
     (("redis-cli",), re.compile(r"redis-cli[^\n|;&]{0,200}?[ \t]-a[ \t]+(?P<v>[^\s]{1,256})")),
+    # OpenLDAP's tools take the bind password after -w.
+    (
+        ("ldap",),
+        re.compile(r"ldap[a-z]{2,12}(?![a-z0-9_.-])[^\n|;&]{0,300}?[ \t]-w[ \t]*(?P<v>[^\s-][^\s]{0,255})"),
+    ),
+    # htpasswd -b[c...] FILE USER PASSWORD: the password is the third word after the flags.
+    (
+        ("htpasswd",),
+        re.compile(
+            r"htpasswd(?:[ \t]+-[a-z]+)*?[ \t]+-[a-z]*b[a-z]*(?:[ \t]+-[a-z]+)*"
+            r"[ \t]+[^\s-]\S{0,255}[ \t]+[^\s-]\S{0,127}[ \t]+(?P<v>[^\s]{1,256})"
+        ),
+    ),
     (
         ("curl", "wget"),
         re.compile(
@@ -947,6 +967,37 @@ _COMMANDS = (
             r"[\"']?[^\s:\"']{0,128}:(?P<v>[^\s\"']{1,256})"
         ),
     ),
+)
+#: Command lines and config files whose secret follows no flag.
+_NO_FLAG_COMMANDS = (
+    # NetworkManager: ``nmcli ... password <p>``, ``wifi-sec.psk <p>``, ``802-1x.password <p>``.
+    (
+        ("nmcli",),
+        re.compile(
+            r"nmcli[^\n|;&]{0,300}?[ \t](?:password|wifi-sec\.psk|802-1x\.password)[ \t]+(?P<v>[^\s]{1,256})"
+        ),
+    ),
+    # NuGet.config: <add key="ClearTextPassword" value="..." />.
+    (
+        ("cleartextpassword",),
+        re.compile(r"cleartextpassword[\"'][ \t]+value[ \t]*=[ \t]*[\"'](?P<v>[^\"'\n]{1,256})[\"']"),
+    ),
+)
+#: Redis's ``AUTH [user] password`` at its prompt (``127.0.0.1:6379> AUTH ...``) or on a redis-cli
+#: line: upper-case, and the end of its line after it.
+_REDIS_AUTH = re.compile(
+    r"(?m)(?:>|redis-cli[^\n|;&]{0,200}?[ \t])[ \t]*AUTH[ \t]+(?:\S{1,64}[ \t]+)?(?P<v>\S{4,256})[ \t]*$"
+)
+#: A secret named without ``=`` or ``:``: ``client_secret 3f9a...``, ``deploy token gldt-...``;
+#: only a value that looks like a token (:func:`_token_like`) counts.
+_NAMED_VALUE = re.compile(r"[ \t]+(?P<v>[a-z0-9][a-z0-9_\-.+/=]{15,255})(?![a-z0-9_\-.+/=])")
+_NAMED_TOKEN_CUE = re.compile(
+    r"(?<![a-z0-9_])(?:client|secret|api|access|auth|deploy|bearer)[_ -]?(?:secret|key|token)"
+)
+#: A line of ~/.pgpass, ``host:port:database:user:password``, where the text names the file.
+_PGPASS = re.compile(
+    r"(?m)^[ \t]*[a-z0-9*][a-z0-9.*_-]{0,252}:(?:[0-9]{1,5}|\*)"
+    r":[^\s:]{1,63}:[^\s:]{1,63}:(?P<v>[^\s]{1,256})[ \t]*$"
 )
 _OPENSSL = re.compile(r"-pass(?:in|out)?[ \t]+pass:(?P<v>[^\s]{1,256})")
 _AUTH_TUPLE = re.compile(
@@ -968,6 +1019,9 @@ def _command(scan: _Scan, spans: Spans) -> None:
         for cues, regex in _COMMANDS:
             if any(cue in low for cue in cues):
                 _command_values(regex.finditer(low), view, spans)
+    for cues, regex in _NO_FLAG_COMMANDS:
+        if any(cue in low for cue in cues):
+            _command_values(regex.finditer(low), view, spans)
     for key, sep, at, _ in scan.labels():
         name = key.lower()
         if name == "pass" and sep == ":" and low.endswith(("-pass", "-passin", "-passout"), 0, at - 6):
@@ -976,6 +1030,17 @@ def _command(scan: _Scan, spans: Spans) -> None:
             _command_values([_AUTH_TUPLE.match(low, at)], view, spans)
     if "machine" in low:
         _command_values(_NETRC.finditer(low), view, spans)
+    if "AUTH" in view:
+        _command_values(_REDIS_AUTH.finditer(view), view, spans)
+    if "pgpass" in low:
+        _command_values(_PGPASS.finditer(low), view, spans)
+    if "key" in low or "secret" in low or "token" in low:
+        for cue in _NAMED_TOKEN_CUE.finditer(low):
+            named = _NAMED_VALUE.match(low, cue.end())
+            value = view[slice(*named.span("v"))] if named else ""
+            # letters and digits, a token: not "api key configuration..."
+            if _token_like(value) and any(c.isdigit() for c in value) and any(c.isalpha() for c in value):
+                _command_values([named], view, spans)
 
 
 def _command_values(matches: Iterable[re.Match[str] | None], view: str, spans: Spans) -> None:
