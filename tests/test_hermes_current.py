@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 from test_fresh_install import (
-    FRESH_WORLD,
     PLUGIN,
     TIMINGS,
     _clone_source,
@@ -31,6 +30,7 @@ from test_fresh_install import (
     _run,
     _url,
     fresh_venv,
+    made_world,
     tool_answer,
     toolset_toggle_then_uninstall,
 )
@@ -104,8 +104,6 @@ def build(request, tmp_path_factory):
     hermes, python = str(venv / "bin" / "hermes"), str(venv / "bin" / "python")
     source = _clone_source(root)
     install(version, hermes, home, source)
-    made = _run([python, FRESH_WORLD, "make", str(root / "work")], home)
-    assert made.returncode == 0, made.stderr
     return {
         "version": version,
         "root": root,
@@ -113,7 +111,7 @@ def build(request, tmp_path_factory):
         "python": python,
         "hermes": hermes,
         "source": source,
-        "ids": json.loads(made.stdout),
+        "ids": made_world(python, home, root / "work"),
     }
 
 

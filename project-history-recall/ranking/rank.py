@@ -33,6 +33,8 @@ from .signals import KeywordHit, KeywordSignals, Message, Question, SemanticHit,
 
 Source = Literal["keyword", "semantic", "both"]
 Floor = Literal["met", "unmet", "as_asked"]
+#: Each conversation's keyword evidence and semantic lift (:func:`evidence_by_conversation`).
+Evidence = tuple[dict[str, "float | None"], dict[str, "float | None"]]
 
 
 class Scored(NamedTuple):
@@ -83,6 +85,8 @@ def rank(
     """The ranking of one search (``dated``: the sessions active on a date the question names)."""
     keyword = keyword_order(signals.keyword, policy)
     semantic = semantic_order(signals.semantic, policy)
+    needed = policy.evidence_needed(question.topical_terms)
+    evidence = evidence_by_conversation(keyword, semantic)  # for the strength and the relevance
     floor: Floor = "met"
     if question.mode == "keyword" or not semantic:
         ranked = keyword
@@ -90,8 +94,7 @@ def rank(
         ranked = [hit for hit in semantic if clears_floor(hit, policy.semantic_floor)]
         floor = "met" if ranked else "unmet"
     else:
-        needed = policy.evidence_needed(question.topical_terms)
-        ranked = fuse(keyword, semantic, policy, needed)
+        ranked = fuse(keyword, semantic, policy, needed, evidence)
         if question.names_exactly and policy.exact_names_keep_keyword_order:
             ranked = keyword_order_first(ranked, keyword)
         else:
@@ -99,8 +102,7 @@ def rank(
             ranked = keep_clear_keyword_winner(ranked, keyword, policy, needed, alone)
         if not (question.has_cjk or has_evidence(question, keyword, semantic, policy)):
             floor = "as_asked" if question.has_common_words and policy.floor_as_asked else "unmet"
-    words, meaning = evidence_by_conversation(keyword, semantic)
-    needed = policy.evidence_needed(question.topical_terms)
+    words, meaning = evidence
     results = []
     ranked = dated_first(ranked, dated)
     if policy.recall_after_cited and signals.cites:
@@ -274,16 +276,23 @@ def clears_floor(hit: Scored, floor: float) -> bool:
 
 
 def fuse(
-    keyword: Sequence[Scored], semantic: Sequence[Scored], policy: RankingPolicy, needed: float
+    keyword: Sequence[Scored],
+    semantic: Sequence[Scored],
+    policy: RankingPolicy,
+    needed: float,
+    evidence: Evidence | None = None,
 ) -> list[Scored]:
     """RRF over the two *conversation* rankings (spec §4.4 fuses message ids; a conversation is
     often found by keyword through one message and by meaning through another, and only fusing
     conversations adds that up), each conversation shown by its best message under message-level
-    RRF; then each conversation's strength added (:func:`strength`), since RRF sees only ranks."""
+    RRF; then each conversation's strength added (:func:`strength`), since RRF sees only ranks.
+    ``evidence``: :func:`evidence_by_conversation` of the two, when the caller has it."""
+    if evidence is None:
+        evidence = evidence_by_conversation(keyword, semantic)
     k = policy.rrf_k
     paths = (("keyword", keyword, policy.keyword_weight), ("semantic", semantic, policy.semantic_weight))
     if not policy.fuse_conversations:
-        return _with_strength(_fuse_messages(paths, k), keyword, semantic, policy, needed)
+        return _with_strength(_fuse_messages(paths, k), evidence, policy, needed)
     scores: dict[str, float] = {}
     sources: dict[str, set[str]] = {}
     ranks: dict[str, dict[str, int]] = {}
@@ -309,19 +318,15 @@ def fuse(
         )
         for hit in sorted(best.values(), key=order)
     ]
-    return _with_strength(fused, keyword, semantic, policy, needed)
+    return _with_strength(fused, evidence, policy, needed)
 
 
 def _with_strength(
-    fused: list[Scored],
-    keyword: Sequence[Scored],
-    semantic: Sequence[Scored],
-    policy: RankingPolicy,
-    needed: float,
+    fused: list[Scored], evidence: Evidence, policy: RankingPolicy, needed: float
 ) -> list[Scored]:
     """Fused hits reordered by their RRF score plus ``strength_weight`` x their conversation's
     :func:`strength`: RRF sees only ranks, and the margin of a match should count."""
-    words, meaning = evidence_by_conversation(keyword, semantic)
+    words, meaning = evidence
 
     def score(hit: Scored) -> float:
         group = hit.conversation
