@@ -983,7 +983,7 @@ _NO_FLAG_COMMANDS = (
         re.compile(r"cleartextpassword[\"'][ \t]+value[ \t]*=[ \t]*[\"'](?P<v>[^\"'\n]{1,256})[\"']"),
     ),
 )
-#: Redis's ``AUTH [user] password`` at its prompt (``127.0.0.1:6379> AUTH ...``) or on a redis-cli
+#: Redis's ``AUTH [user] password`` at its prompt (``redis> AUTH ...``) or on a redis-cli
 #: line: upper-case, and the end of its line after it.
 _REDIS_AUTH = re.compile(
     r"(?m)(?:>|redis-cli[^\n|;&]{0,200}?[ \t])[ \t]*AUTH[ \t]+(?:\S{1,64}[ \t]+)?(?P<v>\S{4,256})[ \t]*$"
