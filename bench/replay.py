@@ -15,8 +15,8 @@ a ``quality.py --json`` run: every ranking of every mode and every off-topic cou
 equal, or the replay does not stand for the tool (it exits 1).
 
 Figures: hybrid, keyword and semantic on all / tune / check, the off-topic mean and share of none
-(each question asked in the next conversation's project at limit 3), and per variant the change in
-questions against ``base`` (any@1/3/5/10, all@5/10).
+(each question asked in the next conversation's project, at limit 3 or ``--offtopic-limit``), and
+per variant the change in questions against ``base`` (any@1/3/5/10, all@5/10).
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ class Replay:
                 ranked.append(self.answer(asked, policy, LIMIT))
                 where = quality.other_project(self.built, q.conversation)
                 elsewhere = self.ask(q.text, where, mode, policy, retrieval_key)
-                offtopic.append(len(self.answer(elsewhere, policy, OFFTOPIC_LIMIT)))
+                offtopic.append(len(self.answer(elsewhere, policy, self.args.offtopic_limit)))
             out[mode] = {"ranked": ranked, "offtopic": offtopic}
         return out
 
@@ -185,6 +185,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--variants", default="", help="comma-separated variants (see the docstring)")
     parser.add_argument("--verify", type=Path, help="a quality.py --json run of the same code")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--offtopic-limit", type=int, default=OFFTOPIC_LIMIT, help="results asked for off-topic (%(default)s)"
+    )
     return parser.parse_args(argv)
 
 

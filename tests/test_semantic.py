@@ -236,6 +236,22 @@ def test_hybrid_says_nothing_when_nothing_is_close(project, plugin, monkeypatch)
     )
 
 
+def test_a_question_naming_what_this_project_never_mentions_gets_nothing(project, plugin):
+    """Asked where it was never discussed ("Caroline" is in no session here), the question's
+    other words still match: semantic and hybrid say so instead of padding the answer, keyword
+    mode lists the word matches; named as this project names it, the answer comes."""
+    use_policy(plugin, min_background_chunks=1)
+    question = "When did Caroline export the invoice files?"
+    for mode in ("hybrid", "semantic"):
+        elsewhere = project.search(project.current, question, mode=mode)
+        assert elsewhere["success"] is True and elsewhere["results"] == [], elsewhere
+        assert "never mention caroline" in elsewhere["message"]
+    assert session_ids(project.search(project.current, question, mode="keyword"))[0] == project.invoices
+    # "CSV" is a name too, and this project has it.
+    here = project.search(project.current, "When did we export the invoice CSV files?", mode="hybrid")
+    assert session_ids(here)[0] == project.invoices
+
+
 def test_the_semantic_side_keeps_the_home_its_caller_pinned(project, plugin, server, tmp_path, monkeypatch):
     """Hybrid runs the semantic side on a worker thread (Semantic.search_concurrently). Hermes pins a
     profile's home for the calling thread only (a context variable); the worker must see that

@@ -493,6 +493,48 @@ def quotes_error(text: str) -> bool:
     return any(name in _ERRNO_NAMES for name in _ERRNO_LIKE.findall(text))
 
 
+# --------------------------------------------------------------------------- what the question names
+
+_WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday".split()
+# A capitalised Latin word, possibly with inner dots, hyphens or digits (``Next.js``, ``CI``,
+# ``Vite``, ``O'Brien``), and what ends a sentence before the next one starts.
+_NAME_TOKEN = re.compile(r"[A-Z][\w.\-'\u2019]*")
+_SENTENCE_END = re.compile(r"[.?!\u3002\uff1f\uff01]$")
+
+
+def named_things(query: str) -> tuple[str, ...]:
+    """The proper names the question uses, bare (``Caroline's`` -> ``caroline``): capitalised
+    Latin words that do not open a sentence, months, weekdays and stopwords aside.
+
+    A question that names someone or something the project never mentions is about another
+    project; its other words ("paint", "support group") then match conversations that are not
+    about it (``RankingPolicy.absent_names_answer_nothing``). Where a sentence starts, a capital
+    says nothing, so the first word of each is left out; so are the user's quoted phrases (a
+    title or an error line is matched as a phrase already). Pure; no CJK (a Chinese question's
+    names are not capitalised)."""
+    names: list[str] = []
+    opening = True
+    for chunk, is_phrase in _split_phrases(clean_query(query)):
+        if is_phrase:
+            opening = False
+            continue
+        for token in chunk.split():
+            starts = opening
+            opening = bool(_SENTENCE_END.search(token))
+            core = token.strip(".,;:!?()[]{}<>\"'`*")
+            if starts or not _NAME_TOKEN.fullmatch(core) or _CJK.search(core):
+                continue
+            word = bare_word(core)
+            if (
+                word
+                and word not in _STOPWORDS
+                and not any(word.startswith(m[:3]) and m.startswith(word) for m in _MONTH_NAMES + _WEEKDAYS)
+                and word not in names
+            ):
+                names.append(word)
+    return tuple(names)
+
+
 # --------------------------------------------------------------------------- dates in the query
 
 _MONTH_NAMES = "january february march april may june july august september october november december".split()

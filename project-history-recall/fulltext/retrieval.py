@@ -78,6 +78,26 @@ def common_words(
     return frozenset(common) if len(common) < len(words) else frozenset()
 
 
+def absent_names(reader: FullTextReader, names: Sequence[str], in_scope: Mapping[str, str]) -> bool:
+    """Does the question name things (``query.named_things``) of which not one occurs in any
+    conversation of the scope? Then it is about another project, and semantic and hybrid search
+    answer nothing (``RankingPolicy.absent_names_answer_nothing``). One unranked FTS read per
+    name that stops at its first conversation (:meth:`FullTextReader.conversations_with`, kept
+    with the scope); a name not judged in time counts as present."""
+    if not names or not reader.schema.fts_columns:
+        return False
+    for name in names:
+        match = QueryPlan.word_match(Term(name))
+        try:
+            if reader.conversations_with("messages_fts", match, in_scope, 1):
+                return False
+        except sqlite3.OperationalError as error:
+            if not reader.stopped(error):
+                logger.warning("could not tell whether %r occurs in this project", name, exc_info=True)
+            return False
+    return True
+
+
 def sole_holder(
     reader: FullTextReader, plan: QueryPlan, in_scope: Mapping[str, str], query: KeywordQuery | None = None
 ) -> str | None:

@@ -137,10 +137,26 @@ class RankingPolicy:
     #: tune half, confirmed on the check half; one in-project tune question lost).
     floor_own_terms_only: bool = True
 
+    #: A question that names things (proper names: ``fulltext.query.named_things``) none of which
+    #: occurs anywhere in the project is about another project: semantic and hybrid answer nothing
+    #: (LoCoMo off-topic at limit 10, tune half, confirmed on the check half; transcripts tune).
+    absent_names_answer_nothing: bool = True
+
     # ---------------------------------------------------------------- recall chats
     #: A chat that recalled other conversations with this tool ranks after the ones it cites:
     #: second-hand, what it cites is the answer (transcripts recall shape, tune half, issue 30).
     recall_after_cited: bool = True
+
+    # ---------------------------------------------------------------- relevance (calibrated)
+    #: A result's relevance is the logistic of these times ln(its strength), whether it is first,
+    #: ln(the first's lead over the second) for the first, ln(its share of the first's strength)
+    #: for the others: fitted on LoCoMo's tune half, hybrid (bench/calibrate.py), checked on the
+    #: check half and in keyword mode. The order never depends on them.
+    relevance_intercept: float = -2.23
+    relevance_per_log_strength: float = 1.21
+    relevance_first: float = 2.15
+    relevance_per_log_lead: float = 1.71
+    relevance_per_log_share_of_first: float = 1.98
 
     #: Free-form notes of a variant (benchmarks name their variants with it); not read.
     label: str = field(default="default", compare=False)

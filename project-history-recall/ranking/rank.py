@@ -11,11 +11,14 @@ Pure: no database, no model, no clock. :func:`rank` reads top to bottom as the s
    (:func:`fuse`: RRF over conversation rankings, then each conversation's strength), then
    keyword's order kept for a question naming things exactly, else keyword's clear winner first.
 4. **The relevance floor** (:func:`has_evidence`): hybrid answers only when something is strong
-   enough, or when the question as asked may be (the caller then reads it: ``floor="as_asked"``).
+   enough, or when the question as asked may be (the caller then reads it: ``floor="as_asked"``);
+   semantic and hybrid answer nothing to a question naming only things the project never
+   mentions (``names_absent``).
 5. **Recall chats after what they cite** (:func:`recall_after_cited`): a chat that recalled other
    conversations through this tool never ranks above one it cites.
 6. **Dates, one per conversation, relevance**: sessions of a date the question names first, each
-   conversation's best message, and how strongly it matches (0-1, 0.5 the floor).
+   conversation's best message, and the chance that it is what the question is about (0-1,
+   calibrated: :func:`relevance`).
 
 Spec §4.4 (RRF) and §4.5 (the result rows); why each rule and constant: the policy's fields and
 docs/design.md ("Ranking").
@@ -88,11 +91,12 @@ def rank(
     needed = policy.evidence_needed(question.topical_terms)
     evidence = evidence_by_conversation(keyword, semantic)  # for the strength and the relevance
     floor: Floor = "met"
+    elsewhere = question.names_absent and policy.absent_names_answer_nothing and not question.has_cjk
     if question.mode == "keyword" or not semantic:
         ranked = keyword
     elif question.mode == "semantic":
         ranked = [hit for hit in semantic if clears_floor(hit, policy.semantic_floor)]
-        floor = "met" if ranked else "unmet"
+        floor = "met" if ranked and not elsewhere else "unmet"
     else:
         ranked = fuse(keyword, semantic, policy, needed, evidence)
         if question.names_exactly and policy.exact_names_keep_keyword_order:
@@ -100,15 +104,23 @@ def rank(
         else:
             alone = signals.sole_holder if policy.sole_holder_wins else None
             ranked = keep_clear_keyword_winner(ranked, keyword, policy, needed, alone)
-        if not (question.has_cjk or has_evidence(question, keyword, semantic, policy)):
+        if elsewhere:
+            floor = "unmet"
+        elif not (question.has_cjk or has_evidence(question, keyword, semantic, policy)):
             floor = "as_asked" if question.has_common_words and policy.floor_as_asked else "unmet"
     words, meaning = evidence
     results = []
     ranked = dated_first(ranked, dated)
     if policy.recall_after_cited and signals.cites:
         ranked = recall_after_cited(ranked, signals.cites)
-    for hit in one_per_conversation(ranked, limit):
-        judged = relevance(words.get(hit.conversation), needed, meaning.get(hit.conversation), policy)
+    # The first two decide every result's relevance, so they are picked whatever ``limit`` is.
+    picked = one_per_conversation(ranked, max(limit, 2))
+    strengths = [
+        match_strength(words.get(hit.conversation), needed, meaning.get(hit.conversation), policy)
+        for hit in picked
+    ]
+    for position, hit in enumerate(picked[:limit]):
+        judged = relevance(position, strengths, policy)
         shown = (
             judged
             if judged is not None
@@ -520,16 +532,43 @@ def _best(hits: Sequence[Scored], value: Callable[[Scored], float | None]) -> di
     return best
 
 
-def relevance(
+def match_strength(
     evidence: float | None, needed: float, lift: float | None, policy: RankingPolicy
 ) -> float | None:
-    """How strongly a result matches, 0 to 1, for the agent and the user to read: 0.5 is the
-    floor, 1 twice it or more. The stronger side counts: keyword evidence over what the question
-    needs, semantic lift over the floor. None when neither side can judge."""
+    """How strongly a conversation matches, in units of what counts: the stronger of its keyword
+    evidence over what the question needs and its semantic lift over the floor (1: at the floor).
+    None when neither side can judge."""
     parts = [p for p in _over_what_counts(evidence, needed, lift, policy.semantic_floor) if p is not None]
-    if not parts:
+    return max(parts) if parts else None
+
+
+#: Below this a strength counts as this (the logarithms of :func:`relevance` need a positive one).
+_WEAKEST = 1e-3
+
+
+def relevance(position: int, strengths: Sequence[float | None], policy: RankingPolicy) -> float | None:
+    """The chance, 0 to 1, that the result at ``position`` is a conversation the question is about,
+    as the agent and the user read it: of results at 0.5 or more, most are; of those below, few.
+
+    A logistic model fitted on LoCoMo's tune half (``bench/calibrate.py``; the coefficients are the
+    policy's ``relevance_*``) of the result's own strength (:func:`match_strength`), whether it is
+    first, and how it compares with the first: a first result far ahead of the second is likely
+    right, one of several alike is not, and a later result is right mostly when it is as strong as
+    the first. ``strengths``: of the ranking's first results in order (at least two when there
+    are). None when the result's strength cannot be judged."""
+    own = strengths[position]
+    if own is None:
         return None
-    return round(min(1.0, max(0.0, max(parts) / 2)), 2)
+    own = max(own, _WEAKEST)
+    first = max(strengths[0] if strengths[0] is not None else own, _WEAKEST)
+    score = policy.relevance_intercept + policy.relevance_per_log_strength * math.log(own)
+    if position == 0:
+        second = strengths[1] if len(strengths) > 1 and strengths[1] is not None else _WEAKEST
+        lead = own / max(second, _WEAKEST)
+        score += policy.relevance_first + policy.relevance_per_log_lead * math.log(lead)
+    else:
+        score += policy.relevance_per_log_share_of_first * math.log(own / first)
+    return round(1.0 / (1.0 + math.exp(-score)), 2)
 
 
 def _over_what_counts(

@@ -73,6 +73,7 @@ class Question:
     has_cjk: bool = False  # the floor is calibrated on word-tokenised bm25: CJK questions skip it
     names_exactly: bool = False  # quotes an error or names an identifier written as code
     has_common_words: bool = False  # the ranking left words out that the question as asked has
+    names_absent: bool = False  # it names things, and the scope mentions none of them
 
 
 @dataclass(frozen=True)

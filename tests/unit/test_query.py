@@ -379,3 +379,24 @@ def test_a_question_quoting_an_error_is_told_apart(q, question):
 )
 def test_a_question_about_errors_is_not_one_quoting_an_error(q, question):
     assert not q.quotes_error(question)
+
+
+# --------------------------------------------------------------------------- what the question names
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("When did Caroline go to the LGBTQ support group?", ("caroline", "lgbtq")),
+        ("What is Jon's favorite style of dance?", ("jon",)),  # the possessive is not the name
+        ("What did Mel paint in July 2023? Answer yes or no.", ("mel",)),  # months; a new sentence
+        ("How did we fix the Vite build on Next.js?", ("vite", "next.js")),
+        ('what did we decide about "Stripe Webhooks" in May', ()),  # a quoted phrase is a phrase
+        ("Which outdoor spot did Joanna visit on Sunday?", ("joanna",)),
+        ("How did we set up the cache? I forgot.", ()),  # "I" is a stopword, "How" opens
+        ("上次那个 Redis 缓存的问题是怎么解决的", ("redis",)),
+        ("how did we fix the login timeout", ()),
+    ],
+)
+def test_named_things_are_capitalised_words_inside_a_sentence(q, text, names):
+    assert q.named_things(text) == names

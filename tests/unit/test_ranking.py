@@ -257,17 +257,38 @@ def test_the_floor_per_model_family_not_a_substring_of_the_name(ranking, phr):
     assert (custom.rrf_k, custom.keyword_weight) == (9, 2.0)
 
 
-def test_relevance_is_half_at_the_floor_and_one_at_twice_it(r, policy):
+def test_strength_is_the_stronger_side_over_what_counts(r, policy):
     p = replace(policy, semantic_floor=0.28)
-    assert r.relevance(8.0, 8.0, None, p) == 0.5
-    assert r.relevance(16.0, 8.0, None, p) == 1.0
-    assert r.relevance(40.0, 8.0, None, p) == 1.0
-    assert r.relevance(2.0, 8.0, None, p) == 0.12
-    assert r.relevance(None, 8.0, 0.28, p) == 0.5
-    assert r.relevance(None, 8.0, -0.1, p) == 0.0
-    assert r.relevance(2.0, 8.0, 0.42, p) == 0.75  # the stronger side counts
-    assert r.relevance(None, 8.0, None, p) is None
-    assert r.relevance(None, 8.0, 0.3, replace(p, semantic_floor=0.0)) is None  # no floor: no meaning
+    assert r.match_strength(8.0, 8.0, None, p) == 1.0
+    assert r.match_strength(2.0, 8.0, 0.56, p) == 2.0  # the stronger side counts
+    assert r.match_strength(None, 8.0, None, p) is None
+    assert r.match_strength(None, 8.0, 0.3, replace(p, semantic_floor=0.0)) is None  # no floor: no meaning
+
+
+def test_relevance_is_a_chance_that_grows_with_strength_and_lead(r, policy):
+    """The calibrated relevance: a first result far ahead of the second is likely right, one of
+    several alike is not; a later result is likely right only when as strong as the first."""
+    alone = r.relevance(0, [3.0, 0.5], policy)
+    assert alone > r.relevance(0, [3.0, 3.0], policy) and alone > r.relevance(0, [0.5, 0.1], policy)
+    assert alone > 0.5 > r.relevance(0, [1.0, 1.0], policy)
+    assert r.relevance(1, [3.0, 3.0], policy) > r.relevance(1, [3.0, 1.0], policy)
+    assert r.relevance(1, [3.0, 0.5], policy) < 0.1
+    assert r.relevance(0, [2.0], policy) == r.relevance(0, [2.0, None], policy)  # alone in its list
+    assert r.relevance(1, [2.0, None], policy) is None
+    values = [r.relevance(i, s, policy) for s in ([0.0, 0.0], [50.0, 0.0], [0.2, 9.0]) for i in (0, 1)]
+    assert all(0.0 <= v <= 1.0 for v in values if v is not None)
+
+
+def test_the_first_results_relevance_does_not_depend_on_limit(ranking, policy):
+    hits = tuple(
+        ranking.KeywordHit(message(ranking, c, i), (("bm25", score),))
+        for i, (c, score) in enumerate((("a", 40.0), ("b", 12.0), ("c", 11.0)), start=1)
+    )
+    signals = ranking.Signals(keyword=ranking.KeywordSignals(hits))
+    q = ranking.Question("keyword", 3)
+    one = ranking.rank(q, signals, policy, 1).results
+    three = ranking.rank(q, signals, policy, 3).results
+    assert one == three[:1]
 
 
 def test_each_conversations_evidence_is_its_strongest(ranking, r):
@@ -356,7 +377,7 @@ def test_the_floor_judges_the_questions_own_terms_not_the_passes_that_fill_the_l
     assert ranking.rank(q, signals, replace(p, floor_own_terms_only=False), 3).floor == "met"
     # The fill passes still rank: a's substring match counts in its score and its relevance.
     (first, *_) = ranking.rank(q, signals, replace(p, floor_own_terms_only=False), 3).results
-    assert first.message.conversation == "a" and first.relevance == 1.0
+    assert first.message.conversation == "a" and first.relevance > 0.5  # by its 31, not its own 1
 
 
 # --------------------------------------------------------------------------- recall chats
@@ -391,3 +412,22 @@ def test_rank_puts_a_recall_chat_after_what_it_cites_under_the_policys_switch(ra
         assert [x.message.conversation for x in ranked.results] == ["decision", "chat", "other"]
         off = ranking.rank(question, signals, replace(policy, recall_after_cited=False), 10)
         assert [x.message.conversation for x in off.results] == ["chat", "decision", "other"]
+
+
+def test_a_question_naming_only_what_the_project_never_mentions_gets_nothing(ranking, r, policy):
+    """Semantic and hybrid answer nothing (the floor is unmet, not "as asked"); keyword mode still
+    lists its matches; CJK questions and the policy switch keep the old behaviour."""
+    signals = ranking.Signals(
+        keyword=ranking.KeywordSignals((ranking.KeywordHit(message(ranking, "a", 1), (("bm25", 50.0),)),)),
+        semantic=(ranking.SemanticHit(message(ranking, "a", 1), 0.9, 0, mean=0.1, background=500),),
+    )
+
+    def floor(mode, p=policy, **features):
+        q = ranking.Question(mode, 3, names_absent=True, has_common_words=True, **features)
+        return ranking.rank(q, signals, p, 10)
+
+    assert floor("hybrid").floor == "unmet" and floor("semantic").floor == "unmet"
+    assert floor("keyword").floor == "met" and len(floor("keyword").results) == 1
+    assert floor("hybrid", has_cjk=True).floor == "met"
+    off = replace(policy, absent_names_answer_nothing=False)
+    assert floor("hybrid", off).floor == "met" and floor("semantic", off).floor == "met"
