@@ -36,7 +36,9 @@ How a text is read:
     a bare ``Bearer <random>`` or ``Basic <base64 of user:password>``, random ``Cookie:`` values.
   - ``command``: ``--password value`` and other secret-naming flags, ``mysql -p<password>``,
     ``docker login -p``, ``sshpass -p``, ``redis-cli -a``, ``curl -u user:password``,
-    ``openssl -passin pass:…``, ``auth=("user", "password")``, ``.netrc``.
+    ``openssl -passin pass:…``, ``auth=("user", "password")``, ``.netrc``; a JSON Web Key's
+    private members (``"d"`` and the others beside ``"kty"``), a raw key or ed25519 seed in hex
+    after a ``seed``/``private key`` label.
   - ``label``: ``key=value``, ``key: value``, ``"key": "value"``, ``KEY="value"``, ``key := value``,
     ``${KEY:-default}``, ``密码：…``, ``password is …`` where the key names a secret
     (``DB_PASSWORD``, ``aws_secret_access_key``, ``authToken``, ``client-secret``, ``密钥``...).
