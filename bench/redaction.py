@@ -18,7 +18,8 @@ Reported, for ``text/redact.py`` (new) and the redaction it replaces (old: ``tex
 * messages changed, spans by rule (new), characters removed;
 * a seeded random sample of redacted spans with their context, for a person to judge;
 * microseconds per message, old and new in the same run, interleaved (the best of ``--rounds``
-  passes each, CPU time of this process);
+  passes each, CPU time of this process), and per keyword search (the redaction of the messages
+  one search of each question shows: :func:`search_results`), p50;
 * questions' words lost: for each question, the words of its text (identifiers, config keys, error
   words; three characters or more) found in its answer sessions before redaction and no longer
   after (the question could not find them), and evidence strings (the source string each question
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import gc
 import gzip
 import importlib.util
 import json
@@ -134,6 +136,52 @@ def time_each(texts: list[str], functions: dict[str, Any], rounds: int) -> dict[
                 started = time.perf_counter()
                 function(text)
                 best[name][index] = min(best[name][index], (time.perf_counter() - started) * 1e6)
+    return best
+
+
+def search_results(
+    messages: list[tuple[str, str, str]], questions: list[dict[str, Any]], limit: int = 3
+) -> list[list[int]]:
+    """For each question, the messages a keyword search of it would show and so redact: in its
+    project, the best message of each of the ``limit`` (the tool's default, 3) sessions whose
+    messages hold most of the question's words (a stand-in for FTS5's ranking: what is redacted is
+    a result's whole message, whichever ranks first)."""
+    by_project: dict[str, list[int]] = defaultdict(list)
+    lowered = [text.lower() for _, _, text in messages]
+    for index, (project, _, _) in enumerate(messages):
+        by_project[project].append(index)
+    found = []
+    for question in questions:
+        words = {w.lower() for w in question_words(question["question"])}
+        best: dict[str, tuple[int, int]] = {}
+        for index in by_project.get(question["project"], []):
+            score = sum(word in lowered[index] for word in words)
+            session = messages[index][1]
+            if score and score > best.get(session, (0, -1))[0]:
+                best[session] = (score, index)
+        ranked = sorted(best.values(), key=lambda pair: (-pair[0], pair[1]))[:limit]
+        found.append([index for _, index in ranked])
+    return found
+
+
+def time_searches(
+    texts: list[str], searches: list[list[int]], functions: dict[str, Any], rounds: int
+) -> dict[str, list[float]]:
+    """Microseconds of redaction for each search's results and function: best of ``rounds``,
+    the functions interleaved on each search (wall time, the garbage collector off as timeit has
+    it: with every message and its redactions held here, a collection costs more than a search)."""
+    best = {name: [float("inf")] * len(searches) for name in functions}
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            for number, indexes in enumerate(searches):
+                for name, function in functions.items():
+                    started = time.perf_counter()
+                    for index in indexes:
+                        function(texts[index])
+                    best[name][number] = min(best[name][number], (time.perf_counter() - started) * 1e6)
+    finally:
+        gc.enable()
     return best
 
 
@@ -272,6 +320,16 @@ def main() -> int:
         f"us per message, p50 (best of {args.rounds} per message): old {p50['old']:.1f}, "
         f"new {p50['new']:.1f} ({p50['new'] / p50['old']:.2f}x)"
     )
+    searches = [found for found in search_results(messages, questions) if found]
+    per_search = time_searches(
+        texts, searches, {"old": old.redact_secrets, "new": new.redact_secrets}, args.rounds
+    )
+    search_p50 = {name: sorted(values)[len(values) // 2] for name, values in per_search.items()}
+    print(
+        f"us per keyword search (its results' messages, {len(searches)} questions), p50 (best of "
+        f"{args.rounds}): old {search_p50['old']:.1f}, new {search_p50['new']:.1f} "
+        f"({search_p50['new'] / search_p50['old']:.2f}x)"
+    )
     lengths = sorted(len(t) for t in texts)
     print(
         f"  messages: median {lengths[len(lengths) // 2]} characters, mean {sum(lengths) / len(lengths):.0f}"
@@ -286,6 +344,7 @@ def main() -> int:
                     "leaks": {"new": leaks_new, "old": leaks_old},
                     "upstream_leaks": {"new": up_new, "old": up_old},
                     "us_per_message_p50": p50,
+                    "us_per_search_p50": search_p50,
                     "changed": {"new": changed_new, "old": changed_old},
                     "removed_characters": {"new": removed, "old": removed_old},
                     "spans_by_rule": dict(by_rule),

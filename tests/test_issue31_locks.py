@@ -214,3 +214,28 @@ def test_a_session_in_a_since_deleted_subfolder_stays_in_its_repository(world, r
     answer = world.search(current, "kookaburra fixture")
     assert answer["success"] is True, answer
     assert session_ids(answer) == [earlier], answer
+
+
+def test_the_terminal_search_json_escapes_control_characters_and_keeps_the_id(world):
+    """``--json`` is read back by scripts: the id must parse as it is, yet a bidi override, an
+    escape or a BEL must not reach the terminal raw (json.dumps with ensure_ascii=False writes
+    U+202E as is)."""
+    import json
+
+    from harness import enable_plugin, run_hermes
+
+    enable_plugin(world.home)
+    repo = world.git_repo("app")
+    world.db.create_session(HOSTILE_ID, "cli", cwd=repo)
+    world.add(HOSTILE_ID, [("user", "the wombat rollout \u2066isolated\u2069 and \x85next")])
+    world.session(repo)
+    done = run_hermes(
+        world.home, "project-history", "search", "wombat", "--mode", "keyword", "--json", cwd=repo
+    )
+    assert done.returncode == 0, done.stderr
+    for bad in ("\x1b", "\x07", "\u202e", "\u2066", "\x85"):
+        assert bad not in done.stdout, (bad, done.stdout)
+    assert "\\u202e" in done.stdout, done.stdout
+    answer = json.loads(done.stdout)
+    assert answer["success"] is True, answer
+    assert [hit["link"] for hit in answer["results"]] == [f"@session:{HOSTILE_ID}"], answer

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..store import command_line, hermes_program, hint
 from ..text import without_controls
+from ..text.clean import CONTROL_CHARACTERS
 from .common import (
     CommandError,
     confirmed,
@@ -330,7 +332,7 @@ def search(process: ProcessState, args: argparse.Namespace) -> int:
         process, query, args.mode, args.limit, args.session or "", cwd, build_index=False, started=started
     )
     if args.json:
-        print(json.dumps(result, ensure_ascii=False, indent=2))
+        print(terminal_json(result))
         return 0 if result.get("success") else 1
     if not result.get("success"):
         raise CommandError(result.get("error", "search failed"))
@@ -342,6 +344,29 @@ def search(process: ProcessState, args: argparse.Namespace) -> int:
         )
         return 1 if args.mode != "keyword" else 0
     return 0
+
+
+def terminal_json(result: dict[str, Any]) -> str:
+    """The tool's JSON for a terminal: control and format characters (a bidi override, C1
+    controls, lone surrogates in a session id another tool wrote) written as ``\\uXXXX`` escapes.
+    JSON escapes only C0 controls itself; escaping keeps the data (the id parses back as it is),
+    where the readable output, which is not read back, replaces them with spaces."""
+    text = json.dumps(result, ensure_ascii=False, indent=2)
+    return _JSON_UNSAFE.sub(_escaped, text)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    point = ord(match.group())
+    if point < 0x20:  # json.dumps escaped those in strings: this is its own line break
+        return match.group()
+    if point > 0xFFFF:  # as a UTF-16 surrogate pair, the only way JSON writes it
+        point -= 0x10000
+        return f"\\u{0xD800 + (point >> 10):04x}\\u{0xDC00 + (point & 0x3FF):04x}"
+    return f"\\u{point:04x}"
+
+
+# Outside JSON's strings there are only ASCII punctuation and spaces: every match is in a string.
+_JSON_UNSAFE = re.compile(f"[{CONTROL_CHARACTERS}]")
 
 
 def readable(result: dict[str, Any]) -> str:

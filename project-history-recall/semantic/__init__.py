@@ -197,6 +197,17 @@ def require_runtime(embedding: Any, load: bool = True) -> None:
             raise ModuleNotFoundError(f"No module named {package!r}", name=package)
 
 
+def raised_by_state_db(error: BaseException) -> bool:
+    """Did ``error`` come out of a read of Hermes's state.db (a :class:`HermesDB` method on its
+    way), not of embeddings.db? SQLite's "database is locked" does not say which file it was."""
+    trace = error.__traceback__
+    while trace is not None:
+        if isinstance(trace.tb_frame.f_locals.get("self"), HermesDB):
+            return True
+        trace = trace.tb_next
+    return False
+
+
 def describe_failure(error: BaseException, env: HermesEnv) -> str:
     """One line for the agent and the CLI: what is wrong and what to run about it."""
     if isinstance(error, ImportError):
@@ -402,7 +413,10 @@ class Semantic:
         try:
             return self._search(db, scope, query, run, build, started)
         except Exception as error:
-            reason = self.describe(error)
+            # A lock on state.db (read here for the messages to embed) is not the index's.
+            reason = (
+                STATE_BUSY_REASON if is_busy(error) and raised_by_state_db(error) else self.describe(error)
+            )
             logger.warning("semantic search unavailable: %s", reason, exc_info=True)
             return SemanticOutcome(status="unavailable", error=reason)
 

@@ -17,7 +17,7 @@ from typing import Any
 from ..text import CJK_CHARS, redact_secrets
 
 #: Bumped when text.redact changes what it replaces (remote providers then re-check every message).
-REDACTION_VERSION = 2  # 2: gitleaks' rules (issue 31)
+REDACTION_VERSION = 3  # 2: gitleaks' rules; 3: JWK private members, hex seeds (issue 31)
 
 _CJK_CHAR = re.compile(f"[{CJK_CHARS}]")
 # A unit is one CJK character, or a run of other non-space characters with its trailing space.

@@ -36,7 +36,9 @@ How a text is read:
     a bare ``Bearer <random>`` or ``Basic <base64 of user:password>``, random ``Cookie:`` values.
   - ``command``: ``--password value`` and other secret-naming flags, ``mysql -p<password>``,
     ``docker login -p``, ``sshpass -p``, ``redis-cli -a``, ``curl -u user:password``,
-    ``openssl -passin pass:…``, ``auth=("user", "password")``, ``.netrc``.
+    ``openssl -passin pass:…``, ``auth=("user", "password")``, ``.netrc``; a JSON Web Key's
+    private members (``"d"`` and the others beside ``"kty"``), a raw key or ed25519 seed in hex
+    after a ``seed``/``private key`` label.
   - ``label``: ``key=value``, ``key: value``, ``"key": "value"``, ``KEY="value"``, ``key := value``,
     ``${KEY:-default}``, ``密码：…``, ``password is …`` where the key names a secret
     (``DB_PASSWORD``, ``aws_secret_access_key``, ``authToken``, ``client-secret``, ``密钥``...).
@@ -991,8 +993,21 @@ _REDIS_AUTH = re.compile(
 #: A secret named without ``=`` or ``:``: ``client_secret 3f9a...``, ``deploy token gldt-...``;
 #: only a value that looks like a token (:func:`_token_like`) counts.
 _NAMED_VALUE = re.compile(r"[ \t]+(?P<v>[a-z0-9][a-z0-9_\-.+/=]{15,255})(?![a-z0-9_\-.+/=])")
-_NAMED_TOKEN_CUE = re.compile(
-    r"(?<![a-z0-9_])(?:client|secret|api|access|auth|deploy|bearer)[_ -]?(?:secret|key|token)"
+# The words before a ``secret``/``key``/``token`` found by ``str.find`` (a regex scanning for the
+# whole cue costs ten times as much on a long text), ending where that word starts.
+_NAMED_TOKEN_HEAD = re.compile(r"(?:client|secret|api|access|auth|deploy|bearer)[_ -]?\Z")
+#: A JSON Web Key's private members (RFC 7518 section 6: an EC or OKP key's ``d``, an RSA key's
+#: ``d``/``p``/``q``/``dp``/``dq``/``qi``, a symmetric key's ``k``), in a text that says ``"kty"``.
+_JWK_PRIVATE = re.compile(
+    r"[\"'](?:d|p|q|dp|dq|qi|k)[\"'][ \t]*:[ \t]*(?P<v>[\"'][A-Za-z0-9_-]{16,4096}={0,2}[\"'])"
+)
+#: A raw key in hex (an ed25519 seed is 64 hex digits, its expanded key 128) after a label that
+#: says seed or private/secret key: ``ed25519 seed: 9d61...``, ``private key (hex) = "..."``. A
+#: digest (``sha256:<hex>``) stays, and so do git's 40-digit ids (too short).
+_HEX_SEED = re.compile(
+    r"(?:seed|priv(?:ate)?[ _-]?key|secret[ _-]?key|signing[ _-]?key)"
+    r"(?:[ \t]*\([a-z0-9 ]{1,16}\))?[\"'`]{0,3}[ \t]*(?::=|[=:]|is|[ \t])[ \t]*[\"'`]?(?:0x)?"
+    r"(?P<v>[0-9a-f]{64}(?:[0-9a-f]{64})?)(?![0-9a-z])"
 )
 #: A line of ~/.pgpass, ``host:port:database:user:password``, where the text names the file.
 _PGPASS = re.compile(
@@ -1030,13 +1045,31 @@ def _command(scan: _Scan, spans: Spans) -> None:
             _command_values([_AUTH_TUPLE.match(low, at)], view, spans)
     if "machine" in low:
         _command_values(_NETRC.finditer(low), view, spans)
-    if "AUTH" in view:
+    if "AUTH " in view or "AUTH\t" in view:
         _command_values(_REDIS_AUTH.finditer(view), view, spans)
     if "pgpass" in low:
         _command_values(_PGPASS.finditer(low), view, spans)
-    if "key" in low or "secret" in low or "token" in low:
-        for cue in _NAMED_TOKEN_CUE.finditer(low):
-            named = _NAMED_VALUE.match(low, cue.end())
+    if '"kty"' in view or "'kty'" in view:
+        _command_values(_JWK_PRIVATE.finditer(view), view, spans)
+    if "seed" in low or "priv" in low or "secret" in low:
+        _command_values(
+            (m for m in _HEX_SEED.finditer(low) if not m.start() or low[m.start() - 1] not in _WORD_CHARS),
+            view,
+            spans,
+        )
+    for tail in ("secret", "key", "token"):
+        at = low.find(tail)
+        while at >= 0:
+            end = at + len(tail)
+            head = (
+                _NAMED_TOKEN_HEAD.search(low, max(0, at - 7), at)
+                if low[end : end + 1] in (" ", "\t")
+                else None
+            )
+            at = low.find(tail, end)
+            if head is None or (head.start() and low[head.start() - 1] in _WORD_CHARS):
+                continue
+            named = _NAMED_VALUE.match(low, end)
             value = view[slice(*named.span("v"))] if named else ""
             # letters and digits, a token: not "api key configuration..."
             if _token_like(value) and any(c.isdigit() for c in value) and any(c.isalpha() for c in value):
@@ -1272,6 +1305,7 @@ class _Leaks(NamedTuple):
     cores: frozenset[bytes]
     glued: dict[str, tuple[str, ...]]  # cores by their first two letters, for the starts of runs
     direct: tuple[tuple[str, int], ...]  # keywords whose first word is one letter: looked for as is
+    bounded: frozenset[str]  # keywords a rule's ``\\b`` must precede: found only after a non-word character
     allow: tuple[re.Pattern[str], ...]
     stopwords: tuple[str, ...]
 
@@ -1290,15 +1324,22 @@ def gitleaks_rules() -> _Leaks | None:
         rules = tuple(data["rules"])
         by_core: dict[bytes, set[int]] = {}
         direct = []
+        bounded: set[str] = set()
+        whole: set[str] = set()  # keywords that are one word: they may be glued to a token (dapi0123...)
         for index, rule in enumerate(rules):
             for keyword in rule["keywords"]:
                 core = _core(keyword)
                 if len(core) > 1:
                     by_core.setdefault(core.encode("ascii"), set()).add(index)
+                    if core == keyword:
+                        whole.add(core)
                 else:
                     direct.append((keyword, index))
+                    if rule["regex"].startswith("\\b") and (keyword[:1].isalnum() or keyword[:1] == "_"):
+                        bounded.add(keyword)
         glued: dict[str, tuple[str, ...]] = {}
-        for word in sorted(c.decode("ascii") for c in by_core):
+        # A keyword with more after its first word (``shpat_``) has that word split off on its own.
+        for word in sorted(whole):
             glued[word[:2]] = (*glued.get(word[:2], ()), word)
         return _Leaks(
             str(data["version"]),
@@ -1307,6 +1348,7 @@ def gitleaks_rules() -> _Leaks | None:
             frozenset(by_core),
             glued,
             tuple(direct),
+            frozenset(bounded),
             tuple(re.compile(r, re.ASCII) for r in data["allow"]["regexes"]),
             tuple(data["allow"]["stopwords"]),
         )
@@ -1378,7 +1420,12 @@ def _gitleaks(scan: _Scan, spans: Spans) -> None:
         found = found.union(
             core.encode() for run in scan.leak_runs for core in leaks.glued[run[:2]] if run.startswith(core)
         )
-    indexes = {i for keyword, i in leaks.direct if keyword in low}
+    bounded = leaks.bounded
+    indexes = {
+        i
+        for keyword, i in leaks.direct
+        if keyword in low and (keyword not in bounded or _occurrences(low, keyword, True, 1))
+    }
     for core in found:
         indexes.update(leaks.by_core[core])
     where: dict[str, list[int]] = {}
@@ -1391,7 +1438,7 @@ def _gitleaks(scan: _Scan, spans: Spans) -> None:
         windows: list[tuple[int, int]] = []
         for keyword in rule["keywords"]:
             if keyword not in where:
-                where[keyword] = _occurrences(low, keyword)
+                where[keyword] = _occurrences(low, keyword, keyword in bounded)
             windows += [_lines_around(view, at) for at in where[keyword]]
         for start, end in _merged_windows(windows):
             _leak_matches(leaks, index, view, start, end, spans)
@@ -1400,16 +1447,21 @@ def _gitleaks(scan: _Scan, spans: Spans) -> None:
 _WHOLE_TEXT = 2048  # characters: up to this length a rule reads the whole text
 
 
-def _occurrences(low: str, keyword: str, most: int = 256) -> list[int]:
-    """Where ``keyword`` occurs in ``low``; ``[-1]`` (the whole text) past ``most``."""
+def _occurrences(low: str, keyword: str, bounded: bool = False, most: int = 32) -> list[int]:
+    """Where ``keyword`` occurs in ``low`` (``bounded``: only after a character that is no word's,
+    where the rule's ``\\b`` can be); ``[-1]`` (the whole text) past ``most``."""
     found: list[int] = []
     at = low.find(keyword)
     while at >= 0:
-        if len(found) == most:
-            return [-1]
-        found.append(at)
+        if not bounded or at == 0 or low[at - 1] not in _WORD_CHARS:
+            if len(found) == most:
+                return [-1]
+            found.append(at)
         at = low.find(keyword, at + 1)
     return found
+
+
+_WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
 
 
 def _lines_around(view: str, at: int) -> tuple[int, int]:
