@@ -82,6 +82,18 @@ def stored_chunks(world, sessions) -> int:
         conn.close()
 
 
+def vectors_of(world, sessions) -> list[bytes]:
+    conn = sqlite3.connect(world.home / DATA / "embeddings.db")
+    try:
+        rows = conn.execute(
+            "SELECT vector FROM chunks WHERE session_id IN (SELECT value FROM json_each(?))",
+            (json.dumps(list(sessions)),),
+        ).fetchall()
+    finally:
+        conn.close()
+    return [bytes(row[0]) for row in rows]
+
+
 def test_forget_hides_deletes_and_sends_nothing_then_undo_brings_it_back(setup, server):
     world = setup
     chain = {world.first, world.second}
@@ -95,12 +107,18 @@ def test_forget_hides_deletes_and_sends_nothing_then_undo_brings_it_back(setup, 
     matrices = world.home / DATA / "matrix"
     assert matrices.is_dir() and any(matrices.iterdir())  # the semantic search wrote one
 
+    blobs = vectors_of(world, chain)
+
     # Naming the later session forgets the whole chain.
     done = cli(world, "forget", world.second)
     assert done.returncode == 0, done.stderr
     assert "Forgotten" in done.stdout and "2 sessions" in done.stdout, done.stdout
     assert stored_chunks(world, chain) == 0
     assert stored_chunks(world, [world.kept]) > 0  # nothing else was deleted
+    files = b"".join(
+        path.read_bytes() for path in (world.home / DATA).glob("embeddings.db*") if path.is_file()
+    )
+    assert not [blob for blob in blobs if blob in files]  # not left in free pages or the WAL either
     assert not matrices.exists() or not any(matrices.iterdir())  # derived copies gone at once
     after = found(world)
     for mode in MODES:

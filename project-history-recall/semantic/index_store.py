@@ -534,6 +534,7 @@ def delete_sessions(path: Path, session_ids: Sequence[str]) -> int:
         try:
             conn = store._require_writable()
             wanted = json.dumps(list(session_ids))
+            conn.execute("PRAGMA secure_delete = ON")  # deleted rows zeroed (some builds default it off)
             with _transaction(conn):
                 removed = conn.execute(
                     "DELETE FROM chunks WHERE session_id IN (SELECT value FROM json_each(?))", (wanted,)
