@@ -3,7 +3,8 @@
 It is spec §五 step 2's "configuration command": ``setup`` installs and configures an embedding
 provider (``setup.py``); the user (or the agent, after the user said yes in chat) runs ``allow``
 to record consent; ``status`` shows what is configured, agreed and indexed (``status.py``);
-``revoke`` turns semantic search off (``--purge`` deletes the vectors); ``index`` builds the index
+``revoke`` turns semantic search off (``--purge`` deletes the vectors); ``forget`` leaves one
+conversation out of everything (``--undo`` brings it back); ``index`` builds the index
 now; ``search`` is the agent's search for a person at a terminal (``commands.py``).
 ``enable``/``disable`` are the old names of ``allow``/``revoke`` and still work; the new names
 cannot be mistaken for ``hermes plugins enable/disable`` or ``hermes tools enable/disable``.
@@ -78,6 +79,15 @@ def setup_parser(parser: argparse.ArgumentParser) -> None:
     )
     disable.add_argument("--purge", action="store_true", help="also delete every stored vector")
 
+    forget = sub.add_parser(
+        "forget",
+        help="leave one conversation out of every search and index, and delete its vectors",
+        description="Leave one conversation (its whole compression chain) out of every search and "
+        "the index, and delete its stored vectors now. --undo brings it back.",
+    )
+    forget.add_argument("session", metavar="SESSION_ID", help="any session of the conversation")
+    forget.add_argument("--undo", action="store_true", help="make it searchable again")
+
     uninstall = sub.add_parser(
         "uninstall",
         help="remove consent, vectors, what setup installed and the plugin's settings "
@@ -124,6 +134,7 @@ def run(process: ProcessState, args: argparse.Namespace) -> int:
         "revoke": lambda: commands.revoke(process, args),
         "disable": lambda: commands.revoke(process, args),
         "index": lambda: commands.index(process, args),
+        "forget": lambda: commands.forget(process, args),
         "uninstall": lambda: commands.uninstall(process, args),
         "search": lambda: commands.search(process, args),
     }
@@ -133,7 +144,8 @@ def run(process: ProcessState, args: argparse.Namespace) -> int:
         if print_help is not None:
             print_help()
         else:
-            print(f"usage: {hermes_program()} project-history {{setup,status,allow,revoke,index,search}} ...")
+            names = "setup,status,allow,revoke,forget,index,search"
+            print(f"usage: {hermes_program()} project-history {{{names}}} ...")
         return 0
     name = f"{hermes_program()} project-history"  # how the user's messages are signed
     try:

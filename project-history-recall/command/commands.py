@@ -1,5 +1,5 @@
-"""``allow``, ``revoke``, ``index`` and ``search``: the consent chain and the index for a person at
-a terminal (spec §五), and the agent's search in readable form."""
+"""``allow``, ``revoke``, ``forget``, ``index`` and ``search``: the consent chain and the index for
+a person at a terminal (spec §五), and the agent's search in readable form."""
 
 from __future__ import annotations
 
@@ -149,11 +149,88 @@ def revoke(process: ProcessState, args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- forget
+
+
+def forget(process: ProcessState, args: argparse.Namespace) -> int:
+    """Leave one conversation (its whole compression chain) out of every search and index, and
+    delete its vectors now; ``--undo`` brings it back (issue 32; docs/design.md, "Forgetting one
+    conversation"). A session in no project can be forgotten too: the user asked, and it would
+    be forgotten should it be moved into one."""
+    from ..projects.forgotten import forget as record
+    from ..projects.forgotten import remember
+    from ..semantic import delete_sessions, indexer_lock
+
+    wanted = args.session.strip()
+    listing = command_line("sessions", "list")
+    if not wanted:
+        raise CommandError(f"give the id of the conversation to forget ({listing} shows them)")
+    if args.undo:
+        return _undo(process, wanted, listing, remember)
+    with opened(process) as (env, db, projects):
+        if db.session(wanted) is None:
+            raise CommandError(f"session not found: {wanted} ({listing} shows the ids)")
+        chain = projects.conversation(wanted)
+    recorded = record(env.data_dir, chain, wanted)
+    undo = command_line("project-history", "forget", "--undo", wanted)
+    busy = (
+        "recorded as forgotten (no search returns it), but an indexer did not stop within "
+        f"{DISABLE_WAIT_SECONDS:.0f}s: run this again to delete its stored vectors"
+    )
+    # Recorded first, then the indexer lock: an indexer that was running stops with the batch it
+    # had, every later one leaves the conversation out, and what it wrote is deleted here.
+    with indexer_lock(env.data_dir, DISABLE_WAIT_SECONDS) as taken:
+        if not taken:
+            raise CommandError(busy)
+        deleted = delete_sessions(env.index_path, chain)
+    sessions = f" ({counted(len(chain), 'session')} of one compressed chain)" if len(chain) > 1 else ""
+    print(
+        f"{'Forgotten' if recorded else 'Already forgotten'}: {wanted}{sessions}. No search returns it "
+        f"and it is never indexed; {counted(deleted, 'stored vector')} deleted. Undo: {undo}"
+    )
+    return 0
+
+
+def _undo(process: ProcessState, wanted: str, listing: str, remember: Any) -> int:
+    from ..store import HermesDB, HermesEnv, NoSessionDatabase
+
+    env = HermesEnv.current()
+    chain = [wanted]
+    known = False
+    try:
+        with HermesDB.open(env, process.schemas) as db:
+            known = db.session(wanted) is not None
+            if known:
+                from ..projects import ProjectMap
+
+                chain = ProjectMap(db, process.projects).conversation(wanted)
+    except NoSessionDatabase:
+        pass
+    if remember(env.data_dir, [wanted, *chain]):
+        print(
+            f"Remembered: {wanted} is searchable again (keyword now; semantic after the next index: "
+            f"{command_line('project-history', 'index')})."
+        )
+        return 0
+    if not known:
+        raise CommandError(f"session not found: {wanted} ({listing} shows the ids)")
+    print(f"{wanted} was not forgotten: nothing to undo.")
+    return 0
+
+
 # --------------------------------------------------------------------------- uninstall
 
 #: What the plugin keeps in its own folder, besides its code (``hermes plugins remove`` deletes
 #: the folder whole; ``uninstall`` removes these for a plugin folder that stays).
-DATA_FILES = ("consent.json", "consent.lock", "indexer.lock", "git_roots.db", "model-identity.json")
+DATA_FILES = (
+    "consent.json",
+    "consent.lock",
+    "forgotten.json",
+    "forgotten.lock",
+    "indexer.lock",
+    "git_roots.db",
+    "model-identity.json",
+)
 
 
 def uninstall(process: ProcessState, args: argparse.Namespace) -> int:

@@ -55,6 +55,7 @@ class Status:
     has_sessions: bool = True
     projects: list[ProjectStatus] = field(default_factory=list)
     failure: str | None = None  # why semantic search is unavailable (the command then exits non-zero)
+    forgotten: int | str = 0  # conversations left out by `forget`, or why forgotten.json is unreadable
 
 
 def gather(process: ProcessState) -> Status:
@@ -80,6 +81,7 @@ def gather(process: ProcessState) -> Status:
         ),
         consent=read_consent(env),
         consent_problem=consent_file_problem(env),
+        forgotten=_forgotten(env.data_dir),
     )
     try:
         db = HermesDB.open(env, process.schemas)
@@ -111,6 +113,15 @@ def gather(process: ProcessState) -> Status:
                 )
             )
     return status
+
+
+def _forgotten(data_dir: Any) -> int | str:
+    from ..projects.forgotten import ForgottenUnreadable, read_entries
+
+    try:
+        return len(read_entries(data_dir))
+    except (ForgottenUnreadable, OSError) as error:
+        return str(error)
 
 
 def lines(status: Status) -> list[str]:
@@ -154,6 +165,13 @@ def lines(status: Status) -> list[str]:
         )
     else:
         out.append("Consent: none recorded (semantic search sends nothing until `allow`)")
+    if isinstance(status.forgotten, str):
+        out.append(f"Forgotten conversations: ! {status.forgotten}")
+    elif status.forgotten:
+        out.append(
+            f"Forgotten conversations: {status.forgotten} (left out of every search and the index; "
+            "`forget --undo ID` brings one back)"
+        )
     if not status.has_sessions:
         out.append("No session database yet.")
         return out

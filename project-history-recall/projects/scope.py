@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 from .. import attribution
 from ..store import HermesDB, connect_readonly, set_busy_timeout
 from . import git
+from .forgotten import ForgottenList
 from .git import STORE_NAME, GitProbe
 
 Triple = tuple[str, str, str]  # canonical (cwd, git root, worktree root)
@@ -153,8 +154,9 @@ class DataWatch:
 class HomeState:
     """What the process remembers about one Hermes home between calls."""
 
-    def __init__(self, state_db: Path, projects_db: Path) -> None:
+    def __init__(self, state_db: Path, projects_db: Path, data_dir: Path) -> None:
         self.lock = threading.RLock()
+        self.forgotten = ForgottenList(data_dir)  # the plugin's forgotten.json, read once per change
         self.state_watch = DataWatch(state_db)
         self.projects_watch = DataWatch(projects_db)
         self.snapshot: Snapshot | None = None
@@ -184,12 +186,12 @@ class ProjectsMemory:
         self._lock = threading.Lock()
         self._homes: OrderedDict[str, HomeState] = OrderedDict()
 
-    def home(self, state_db: Path, projects_db: Path) -> HomeState:
+    def home(self, state_db: Path, projects_db: Path, data_dir: Path) -> HomeState:
         key = str(state_db)
         with self._lock:
             home = self._homes.get(key)
             if home is None:
-                home = self._homes[key] = HomeState(state_db, projects_db)
+                home = self._homes[key] = HomeState(state_db, projects_db, data_dir)
                 while len(self._homes) > CACHED_HOMES:
                     _, evicted = self._homes.popitem(last=False)
                     evicted.close()
@@ -211,7 +213,7 @@ class ProjectMap:
         self.db = db
         self.probe = memory.probe
         self.budget_seconds = git.FILL_BUDGET_SECONDS if budget_seconds is None else budget_seconds
-        self.home = memory.home(db.env.state_db, db.env.projects_db)
+        self.home = memory.home(db.env.state_db, db.env.projects_db, db.env.data_dir)
         self.store = db.env.data_dir / STORE_NAME
         self.unsure: set[tuple] = set()  # rows asked about now whose folder git did not answer for
 
@@ -466,6 +468,7 @@ class ProjectMap:
             for sid in snap.chains.get(own, ()):
                 conversation_of.pop(sid, None)
             snap.scopes[(key, profile, own)] = conversation_of  # read-only from here on
+        conversation_of = self._remembered(conversation_of)
         return Scope(
             identity=identity,
             current=current,
@@ -475,6 +478,19 @@ class ProjectMap:
             folders=self.folders_of(identity, token),
             data_token=token.state,
         )
+
+    def _remembered(self, conversation_of: dict[str, str]) -> dict[str, str]:
+        """``conversation_of`` without the conversations the user asked to forget (``forget``):
+        decided here, where every search path, the indexer and ``status`` take their sessions,
+        so none of them can return or embed one (issue 32)."""
+        forgotten = self.home.forgotten.ids()
+        if not forgotten:
+            return conversation_of
+        return {
+            sid: conversation
+            for sid, conversation in conversation_of.items()
+            if sid not in forgotten and conversation not in forgotten
+        }
 
     def folders_of(self, identity: dict[str, Any], token: Inputs | None = None) -> list[str]:
         """The folders a project spans now, as consent records what it covered: an explicit
@@ -494,7 +510,8 @@ class ProjectMap:
         snap = self.snapshot()
         own = self.db.env.profile
         groups = []
-        for key, members in snap.members.items():
+        for key, every in snap.members.items():
+            members = self._remembered(every)
             session_ids = [sid for sid in members if snap.profiles.get(sid) == own]
             if session_ids:
                 identity = snap.identities[key]

@@ -520,6 +520,46 @@ class IndexStore:
             )
 
 
+def delete_sessions(path: Path, session_ids: Sequence[str]) -> int:
+    """Delete every stored vector, skipped chunk and watermark of these sessions, for every model,
+    in one transaction (``forget``, issue 32), and the matrix files derived from the database
+    (``matrix/``: they hold copies of the vectors; the next search rebuilds them). The caller holds
+    :func:`indexer_lock`, so no indexer writes a batch of them afterwards. Returns the chunks
+    deleted; no database is nothing to delete."""
+    import shutil
+
+    removed = 0
+    if path.exists():
+        store = IndexStore.open_writable(path)
+        try:
+            conn = store._require_writable()
+            wanted = json.dumps(list(session_ids))
+            conn.execute("PRAGMA secure_delete = ON")  # deleted rows zeroed (some builds default it off)
+            with _transaction(conn):
+                removed = conn.execute(
+                    "DELETE FROM chunks WHERE session_id IN (SELECT value FROM json_each(?))", (wanted,)
+                ).rowcount
+                for table in ("skipped", "watermarks"):
+                    conn.execute(
+                        f"DELETE FROM {table} WHERE session_id IN (SELECT value FROM json_each(?))",
+                        (wanted,),
+                    )
+                # A matrix in memory (another Hermes process) is fresh only while this is unchanged.
+                conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
+            if removed:  # the deleted rows' bytes leave the file and its WAL too
+                try:
+                    conn.execute("VACUUM")
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                except sqlite3.OperationalError:  # a reader in the way: the rows are gone all the same
+                    pass
+        finally:
+            store.close()
+    derived = path.parent / "matrix"
+    if derived.is_dir():
+        shutil.rmtree(derived, ignore_errors=True)
+    return removed
+
+
 def purge(path: Path) -> bool:
     """Delete every stored vector (``disable --purge``): the database, its WAL files and the
     matrix files derived from it (``matrix/`` next to it)."""
