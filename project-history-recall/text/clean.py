@@ -10,9 +10,9 @@ from .redact import char_set, redact_secrets
 
 SNIPPET_CHARS = 240
 #: The answer window's budget (issue 30.3: the reply after a matched question, or the question a
-#: matched reply answered). 1.5x a snippet: a fix or a decision is a sentence or three, and at
-#: about 4 characters a token it costs at most ~90 tokens a result (docs/benchmarks.md, "Answer
-#: windows"), so a 3-result answer stays a few hundred tokens. Not a ranking constant.
+#: matched reply answered). 1.5x a snippet: a fix or a decision is a sentence or three; at about
+#: 4 characters a token that is at most ~90 tokens a result (a Chinese window, about a character a
+#: token, up to ~360): the cost is in docs/benchmarks.md, "Answer windows". Not a ranking constant.
 ANSWER_CHARS = 360
 
 
