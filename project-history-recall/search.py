@@ -49,7 +49,7 @@ from .ranking import (
 )
 from .semantic import Semantic, SemanticOutcome
 from .store import STATE_BUSY, HermesDB, HermesEnv, NoSessionDatabase, is_busy, message_text
-from .text import clean_title, make_snippet
+from .text import ANSWER_CHARS, clean_title, make_snippet
 
 if TYPE_CHECKING:
     from . import ProcessState
@@ -119,6 +119,7 @@ def shape_results(
     profile: str,
     matched_text: Callable[[Result], str | None] | None = None,
     in_scope: Container[str] | None = None,
+    windows: Mapping[int, tuple[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Spec §4.5 rows. A hit in a later part of a compressed conversation names the session that
     holds the message and, as ``parent_session_id``, the conversation's first session (the key
@@ -126,7 +127,13 @@ def shape_results(
     (``in_scope``): a conversation moved here from another project shows nothing of the other
     one, neither its session id nor its title. A semantic hit's snippet is the text the model
     matched (``matched_text``, computed here for the returned rows only). Titles are cleaned and
-    redacted like snippets: a title is text of the conversation too."""
+    redacted like snippets: a title is text of the conversation too.
+
+    ``windows`` (:meth:`fulltext.FullTextReader.answer_windows`): what answers a shown message, of
+    its own session. A user message's result carries ``reply`` (the assistant's words that closed
+    its turn: the fix after the error), an assistant message's ``question`` (what it answered),
+    cut to :data:`text.ANSWER_CHARS` around the query's words and cleaned and redacted as the
+    snippet is (issue 30.3; an extension of §4.5's row, docs/design.md)."""
     shown = []
     for result in results:
         message = result.message
@@ -147,6 +154,11 @@ def shape_results(
             "when": format_when(message.timestamp),
             "relevance": result.relevance,
         }
+        near = (windows or {}).get(message.message_id)
+        if near is not None:
+            text = make_snippet(message_text(near[1]), needles, ANSWER_CHARS)
+            if text:
+                row["reply" if near[0] == "assistant" else "question"] = text
         if parent:
             row["parent_session_id"] = parent
         shown.append(row)
@@ -419,6 +431,7 @@ class _Search:
             ]
         ids = {id_ for r in results for id_ in (r.message.session_id, r.message.conversation)}
         titles = self.db.titles(ids)
+        windows = self.answer_windows(results)
         framing = found.semantic.framing
 
         def matched(result: Result) -> str | None:
@@ -436,13 +449,36 @@ class _Search:
             "mode": question.mode,
             "project": self.scope.identity,
             "results": shape_results(
-                results, titles, question.needles, self.env.profile, matched, self.scope.conversation_of
+                results,
+                titles,
+                question.needles,
+                self.env.profile,
+                matched,
+                self.scope.conversation_of,
+                windows,
             ),
             "sessions_in_scope": self.scope.sessions_in_scope,
             "semantic_status": found.semantic.status,
             **_coverage(found.semantic),
             **_completeness(self.scope),
         }
+
+    def answer_windows(self, results: Sequence[Result]) -> dict[int, tuple[str, Any]]:
+        """The reply (or question) beside each shown row, in one read of the shown rows only,
+        within the keyword deadline. Stopped there, the results go without it: they are complete,
+        so the stop is not reported as a keyword search cut short."""
+        if not results:
+            return {}
+        stopped = self.reader.out_of_time, self.reader.locked_out
+        try:
+            with self.reader.deadline(self.keyword_deadline):
+                return self.reader.answer_windows(r.message.message_id for r in results)
+        except sqlite3.OperationalError as error:
+            if not (self.reader.stopped(error) or is_busy(error)):
+                raise
+            return {}
+        finally:
+            self.reader.out_of_time, self.reader.locked_out = stopped
 
     def explain(
         self, result: dict[str, Any], question: Question, found: Found, below_floor: bool

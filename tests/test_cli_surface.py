@@ -60,6 +60,7 @@ def test_unquoted_multi_word_query(cli_world):
     done = cli(cli_world, "search", "login", "timeout", "--mode", "keyword")
     assert done.returncode == 0, done.stderr
     assert f"@session:{cli_world.old}" in done.stdout
+    assert "   reply: I raised it to thirty." in done.stdout  # what answered the hit (issue 30.3)
 
 
 def test_closed_pipe_is_not_a_traceback(cli_world):

@@ -469,6 +469,9 @@ def readable(result: dict[str, Any]) -> str:
         link = without_controls(hit["link"])
         lines.append(f"{number}. {hit.get('title') or '(untitled)'}  [{hit['when']}]  {link}")
         lines.append(f"   {hit['snippet']}")
+        for field in ("reply", "question"):  # what answers the hit, already cleaned as the snippet
+            if hit.get(field):
+                lines.append(f"   {field}: {without_controls(hit[field])}")
         strength = f", relevance {hit['relevance']:.2f}" if hit.get("relevance") is not None else ""
         lines.append(f"   found by: {hit['score_source']}{strength}, message {hit['message_id']}")
     consent = result.get("semantic_consent")

@@ -515,6 +515,48 @@ class FullTextReader:
         ).fetchall()
         return {row[0]: row[1] for row in rows}
 
+    def answer_windows(self, message_ids: Iterable[int]) -> dict[int, tuple[str, Any]]:
+        """What answers each of these shown messages, in one query (issue 30.3): for a user
+        message, the last assistant words of its turn (the fix follows the error; Hermes splits a
+        turn into an assistant row with only ``tool_calls``, ``tool`` rows, then the words, and only
+        rows with text count); for an assistant message, the user message it answered. Always of
+        the message's own session (nothing of another project), live user/assistant rows only, so
+        no tool output and none of the plugin's own results: message id -> (role, content)."""
+        ids = list(dict.fromkeys(message_ids))
+        if not ids:
+            return {}
+        live = self.schema.live_message_sql
+        sql = f"""
+            WITH hit AS (
+                SELECT m.id AS id, m.session_id AS sid, m.role AS role
+                FROM json_each(?) AS wanted CROSS JOIN messages m ON m.id = wanted.value
+                WHERE m.role IN ('user', 'assistant')
+            ),
+            turn AS (
+                SELECT hit.id, hit.sid, COALESCE((
+                    SELECT m.id FROM messages m WHERE m.session_id = hit.sid AND m.id > hit.id
+                      AND m.role = 'user' AND {live} ORDER BY m.id LIMIT 1
+                ), 9223372036854775807) AS ends
+                FROM hit WHERE hit.role = 'user'
+            ),
+            near AS (
+                SELECT turn.id AS hit_id, (
+                    SELECT m.id FROM messages m WHERE m.session_id = turn.sid AND m.id > turn.id
+                      AND m.id < turn.ends AND m.role = 'assistant' AND {live} AND {_HAS_TEXT_SQL}
+                    ORDER BY m.id DESC LIMIT 1
+                ) AS near_id FROM turn
+                UNION ALL
+                SELECT hit.id, (
+                    SELECT m.id FROM messages m WHERE m.session_id = hit.sid AND m.id < hit.id
+                      AND m.role = 'user' AND {live} AND {_HAS_TEXT_SQL}
+                    ORDER BY m.id DESC LIMIT 1
+                ) FROM hit WHERE hit.role = 'assistant'
+            )
+            SELECT near.hit_id, m.role, m.content FROM near CROSS JOIN messages m ON m.id = near.near_id
+        """
+        rows = self.conn.execute(sql, (json.dumps(ids),)).fetchall()
+        return {row[0]: (row[1], row[2]) for row in rows}
+
     def _with_content(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not rows:
             return rows

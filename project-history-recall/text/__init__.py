@@ -3,7 +3,7 @@ characters removed, snippets bounded. Pure functions, shared by the keyword and 
 
 from __future__ import annotations
 
-from .clean import SNIPPET_CHARS, clean_title, echo, make_snippet, without_controls
+from .clean import ANSWER_CHARS, SNIPPET_CHARS, clean_title, echo, make_snippet, without_controls
 from .redact import char_set, redact_secrets, scrub_error
 
 #: Kana, CJK ideographs (with extensions and compatibility forms) and Hangul: the scripts
@@ -20,6 +20,7 @@ CJK_CHARS = char_set(
 )
 
 __all__ = [
+    "ANSWER_CHARS",
     "CJK_CHARS",
     "SNIPPET_CHARS",
     "clean_title",

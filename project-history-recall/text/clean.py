@@ -9,6 +9,11 @@ from collections.abc import Sequence
 from .redact import char_set, redact_secrets
 
 SNIPPET_CHARS = 240
+#: The answer window's budget (issue 30.3: the reply after a matched question, or the question a
+#: matched reply answered). 1.5x a snippet: a fix or a decision is a sentence or three; at about
+#: 4 characters a token that is at most ~90 tokens a result (a Chinese window, about a character a
+#: token, up to ~360): the cost is in docs/benchmarks.md, "Answer windows". Not a ranking constant.
+ANSWER_CHARS = 360
 
 
 #: Control (Cc), format (Cf) and surrogate (Cs) characters as of Unicode 14.0 (Python 3.11's
