@@ -494,6 +494,39 @@ class FullTextReader:
         ).fetchall()
         return [(row[0], row[1] or "") for row in rows]
 
+    def session_titles(self, session_ids: Sequence[str]) -> list[tuple[str, str]]:
+        """(session, title) of these sessions that have a title (Hermes's one-line summary)."""
+        if "title" not in self.schema.session_columns or not session_ids:
+            return []
+        rows = self.conn.execute(
+            "SELECT s.id, s.title FROM sessions s WHERE s.id IN (SELECT value FROM json_each(?)) "
+            "AND s.title IS NOT NULL AND s.title != ''",
+            (json.dumps(list(session_ids)),),
+        ).fetchall()
+        return [(row[0], row[1]) for row in rows]
+
+    def first_user_messages(self, session_ids: Sequence[str]) -> dict[str, tuple[int, Any]]:
+        """session -> (id, timestamp) of its first live user message with text (what a result
+        found by its title alone shows)."""
+        if not session_ids:
+            return {}
+        rows = self.conn.execute(
+            "SELECT m.session_id, min(m.id) FROM messages m "
+            "WHERE m.session_id IN (SELECT value FROM json_each(?)) AND m.role = 'user' "
+            f"AND {self.schema.live_message_sql} AND {_HAS_TEXT_SQL} GROUP BY m.session_id",
+            (json.dumps(list(session_ids)),),
+        ).fetchall()
+        first = {row[0]: row[1] for row in rows}
+        if not first:
+            return {}
+        stamps = dict(
+            self.conn.execute(
+                "SELECT m.id, m.timestamp FROM messages m WHERE m.id IN (SELECT value FROM json_each(?))",
+                (json.dumps(list(first.values())),),
+            ).fetchall()
+        )
+        return {sid: (mid, stamps.get(mid)) for sid, mid in first.items()}
+
     def containing(self, message_ids: Iterable[int], needles: Sequence[str]) -> dict[int, int]:
         """How many of ``needles`` each of these messages' text contains (case as written: the
         needles are CJK), for the messages that contain one or more."""

@@ -12,10 +12,10 @@ import logging
 import re
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..ranking import KeywordHit, KeywordSignals, Message, RankingPolicy
+from ..ranking import KeywordHit, KeywordSignals, Message, RankingPolicy, TitleHit
 from ..ranking.signals import PartKind
 from ..store import message_text
 from .query import KeywordQuery, KeywordTerm, QueryPlan, Term, as_written, bare_word, keyword_terms
@@ -211,7 +211,79 @@ def keyword_signals(
         return KeywordSignals()
     if plan.has_operators:
         return boolean_hits(reader, plan, in_scope, policy, only_best=only_best)
-    return question_hits(reader, plan, in_scope, policy, leave_out=leave_out)
+    found = question_hits(reader, plan, in_scope, policy, leave_out=leave_out)
+    if found.kind != "ranked" or policy.title_evidence <= 0:
+        return found
+    query = keyword_terms(plan, leave_out)
+    titles = title_hits(reader, query.terms or keyword_terms(plan).terms, in_scope, policy, found.hits)
+    return replace(found, titles=titles) if titles else found
+
+
+def title_share(terms: Sequence[KeywordTerm], title: str, counted: Sequence[KeywordTerm]) -> float:
+    """Of ``counted`` (the question's terms that can tell titles apart), the share ``title`` holds."""
+    if not counted:
+        return 0.0
+    return sum(1 for t in counted if t.occurs_in(title)) / len(counted)
+
+
+def title_hits(
+    reader: FullTextReader,
+    terms: Sequence[KeywordTerm],
+    in_scope: Mapping[str, str],
+    policy: RankingPolicy,
+    hits: Sequence[KeywordHit] = (),
+) -> tuple[TitleHit, ...]:
+    """The conversations whose sessions' titles hold the question's terms (Hermes titles every
+    conversation with a one-line summary, often in words its messages never write: a title
+    ``数据库迁移报错`` over a chat about ``alembic upgrade head``).
+
+    The titles of the scope's ``title_sessions`` most recent sessions are read (one query) and
+    matched here as the tables would match them (:meth:`KeywordTerm.occurs_in`); a term in more
+    than ``common_share`` of the titles read (``session 3`` in ``conv-26 session 3``) cannot tell
+    them apart and does not count, once ``common_min_conversations`` titles are read. A
+    conversation that nothing else matched is shown by its session's first user message (a
+    second query, for those only). A failed or late read finds no titles: the search goes on.
+    """
+    if not terms or not in_scope:
+        return ()
+    recent = list(in_scope)[-policy.title_sessions :]
+    try:
+        titles = reader.session_titles(recent)
+    except sqlite3.Error as error:
+        if not (isinstance(error, sqlite3.OperationalError) and reader.stopped(error)):
+            logger.debug("reading titles failed", exc_info=True)
+        return ()
+    if not titles:
+        return ()
+    counted = list(terms)
+    if len(titles) >= policy.common_min_conversations:
+        most = policy.common_share * len(titles)
+        counted = [t for t in terms if sum(1 for _, title in titles if t.occurs_in(title)) <= most]
+    best: dict[str, tuple[float, str]] = {}
+    for session_id, title in titles:
+        share = title_share(terms, title, counted)
+        conversation = in_scope[session_id]
+        if share > 0 and share > best.get(conversation, (0.0, ""))[0]:
+            best[conversation] = (share, session_id)
+    if not best:
+        return ()
+    matched = {hit.message.conversation for hit in hits}
+    alone = [sid for conversation, (_, sid) in best.items() if conversation not in matched]
+    try:
+        first = reader.first_user_messages(alone)
+    except sqlite3.Error as error:
+        if not (isinstance(error, sqlite3.OperationalError) and reader.stopped(error)):
+            logger.debug("reading titled sessions' first messages failed", exc_info=True)
+        first = {}
+    found = []
+    for conversation, (share, session_id) in best.items():
+        message = None
+        if session_id in first:
+            message_id, timestamp = first[session_id]
+            message = Message(message_id, session_id, conversation, timestamp)
+        if conversation in matched or message is not None:
+            found.append(TitleHit(conversation, share, message))
+    return tuple(found)
 
 
 @dataclass
