@@ -494,16 +494,25 @@ class FullTextReader:
         ).fetchall()
         return [(row[0], row[1] or "") for row in rows]
 
-    def session_titles(self, session_ids: Sequence[str]) -> list[tuple[str, str]]:
-        """(session, title) of these sessions that have a title (Hermes's one-line summary)."""
-        if "title" not in self.schema.session_columns or not session_ids:
-            return []
+    def session_titles(
+        self, session_ids: Sequence[str], needles: Sequence[str]
+    ) -> tuple[int, list[int], list[tuple[str, str]]]:
+        """Of these sessions' titles (Hermes's one-line summaries): how many there are, how many
+        hold each of ``needles`` (lowercase, as a substring of the ASCII-lowercased title), and
+        (session, title) of those that hold one or more. SQLite's ``instr`` does the substring
+        work, so the thousands of titles of a large project never reach Python."""
+        if "title" not in self.schema.session_columns or not session_ids or not needles:
+            return 0, [0] * len(needles), []
+        holds = [f"(instr(lower(s.title), :n{i}) > 0)" for i in range(len(needles))]
+        named: dict[str, Any] = {f"n{i}": needle for i, needle in enumerate(needles)}
+        named["ids"] = json.dumps(list(session_ids))
+        scope = "s.id IN (SELECT value FROM json_each(:ids)) AND s.title IS NOT NULL AND s.title != ''"
+        sums = ", ".join(f"coalesce(sum({h}), 0)" for h in holds)
+        counts = self.conn.execute(f"SELECT count(*), {sums} FROM sessions s WHERE {scope}", named).fetchone()
         rows = self.conn.execute(
-            "SELECT s.id, s.title FROM sessions s WHERE s.id IN (SELECT value FROM json_each(?)) "
-            "AND s.title IS NOT NULL AND s.title != ''",
-            (json.dumps(list(session_ids)),),
+            f"SELECT s.id, s.title FROM sessions s WHERE {scope} AND ({' OR '.join(holds)})", named
         ).fetchall()
-        return [(row[0], row[1]) for row in rows]
+        return counts[0], list(counts[1:]), [(row[0], row[1]) for row in rows]
 
     def first_user_messages(self, session_ids: Sequence[str]) -> dict[str, tuple[int, Any]]:
         """session -> (id, timestamp) of its first live user message with text (what a result

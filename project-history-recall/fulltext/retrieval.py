@@ -219,11 +219,27 @@ def keyword_signals(
     return replace(found, titles=titles) if titles else found
 
 
-def title_share(terms: Sequence[KeywordTerm], title: str, counted: Sequence[KeywordTerm]) -> float:
-    """Of ``counted`` (the question's terms that can tell titles apart), the share ``title`` holds."""
-    if not counted:
-        return 0.0
-    return sum(1 for t in counted if t.occurs_in(title)) / len(counted)
+def terms_in_title(terms: Sequence[KeywordTerm], title: str) -> frozenset[int]:
+    """The indexes of ``terms`` that ``title`` holds, as :meth:`KeywordTerm.occurs_in` reads it
+    (the title cut into words once, for the thousands of titles a search may read)."""
+    folded = title.casefold()
+    words = _TITLE_WORD.findall(folded)
+    spaced = " " + " ".join(words) + " "
+    found = set()
+    for index, term in enumerate(terms):
+        text = term.text.casefold()
+        if term.kind in ("gram", "pair", "literal"):
+            held = text in folded
+        elif term.kind == "prefix":
+            held = (" " + text) in spaced
+        else:
+            held = (" " + " ".join(text.split()) + " ") in spaced
+        if held:
+            found.add(index)
+    return frozenset(found)
+
+
+_TITLE_WORD = re.compile(r"[^\W_]+")
 
 
 def title_hits(
@@ -237,9 +253,10 @@ def title_hits(
     conversation with a one-line summary, often in words its messages never write: a title
     ``数据库迁移报错`` over a chat about ``alembic upgrade head``).
 
-    The titles of the scope's ``title_sessions`` most recent sessions are read (one query) and
-    matched here as the tables would match them (:meth:`KeywordTerm.occurs_in`); a term in more
-    than ``common_share`` of the titles read (``session 3`` in ``conv-26 session 3``) cannot tell
+    Of the scope's ``title_sessions`` most recent sessions, SQLite counts the titles and those
+    holding each term as a substring, and returns the titles holding one (one statement each);
+    those are matched here as the tables would match them (:func:`terms_in_title`). A term in
+    more than ``common_share`` of the titles (``session`` in ``conv-26 session 3``) cannot tell
     them apart and does not count, once ``common_min_conversations`` titles are read. A
     conversation that nothing else matched is shown by its session's first user message (a
     second query, for those only). A failed or late read finds no titles: the search goes on.
@@ -247,21 +264,23 @@ def title_hits(
     if not terms or not in_scope:
         return ()
     recent = list(in_scope)[-policy.title_sessions :]
+    needles = [" ".join(t.text.casefold().split()) for t in terms]
     try:
-        titles = reader.session_titles(recent)
+        total, holding, titles = reader.session_titles(recent, needles)
     except sqlite3.Error as error:
         if not (isinstance(error, sqlite3.OperationalError) and reader.stopped(error)):
             logger.debug("reading titles failed", exc_info=True)
         return ()
     if not titles:
         return ()
-    counted = list(terms)
-    if len(titles) >= policy.common_min_conversations:
-        most = policy.common_share * len(titles)
-        counted = [t for t in terms if sum(1 for _, title in titles if t.occurs_in(title)) <= most]
+    counted = set(range(len(terms)))
+    if total >= policy.common_min_conversations:
+        most = policy.common_share * total
+        counted = {i for i in counted if holding[i] <= most}
+    held = [(session_id, terms_in_title(terms, title)) for session_id, title in titles]
     best: dict[str, tuple[float, str]] = {}
-    for session_id, title in titles:
-        share = title_share(terms, title, counted)
+    for session_id, holds in held:
+        share = len(holds & counted) / len(counted) if counted else 0.0
         conversation = in_scope[session_id]
         if share > 0 and share > best.get(conversation, (0.0, ""))[0]:
             best[conversation] = (share, session_id)
