@@ -215,7 +215,8 @@ def keyword_signals(
     if found.kind != "ranked" or policy.title_evidence <= 0:
         return found
     query = keyword_terms(plan, leave_out)
-    titles = title_hits(reader, query.terms or keyword_terms(plan).terms, in_scope, policy, found.hits)
+    words = [t for t in query.terms or keyword_terms(plan).terms if not t.text.isdigit()]
+    titles = title_hits(reader, words, in_scope, policy, found.hits)
     return replace(found, titles=titles) if titles else found
 
 
@@ -260,6 +261,8 @@ def title_hits(
     them apart and does not count, once ``common_min_conversations`` titles are read. A
     conversation that nothing else matched is shown by its session's first user message (a
     second query, for those only). A failed or late read finds no titles: the search goes on.
+    The caller leaves bare numbers out: a question's ``9 November`` or ``4 years`` is no
+    ``session 9`` (LoCoMo's titles, tune half: docs/benchmarks.md, "Titles").
     """
     if not terms or not in_scope:
         return ()
