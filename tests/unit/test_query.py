@@ -216,6 +216,8 @@ def test_a_chinese_question_is_ranked_by_the_grams_of_its_topic(q):
         ("那个登录超时的问题后来怎么样了", [("登录超", "gram"), ("录超时", "gram")]),
         ("上次把缓存方案放在哪里了", [("缓存方", "gram"), ("存方案", "gram")]),
         ("之前讨论的限流是什么结果", [("限流", "pair")]),
+        ("我记得之前聊过登录超时，具体是怎么做的来着？", [("登录超", "gram"), ("录超时", "gram")]),
+        ("之前关于限流的讨论结论是什么？", [("限流", "pair")]),
     ],
 )
 def test_a_chinese_sentence_question_is_ranked_by_its_topic_alone(q, question, expected):
