@@ -205,7 +205,9 @@ def keyword_signals(
     only the first conversations' best messages matter (keyword mode), which lets the boolean
     pass stop reading early. How far either reads never depends on the ``limit`` asked for: the
     policy's ``gather_conversations`` (the largest limit), so a user asking for more results sees
-    the same first ones.
+    the same first ones. A question's conversations whose titles hold its terms come with it
+    (:func:`title_hits`; issue 30: a title is evidence for its conversation); the user's own
+    operators read messages only.
     """
     if not plan.terms or not in_scope:
         return KeywordSignals()
