@@ -317,7 +317,7 @@ class _Search:
         with self.reader.deadline(self.keyword_deadline):
             common = common_words(self.reader, plan, self.scope.conversation_of, self.policy)
             absent = self.policy.absent_names_answer_nothing and absent_names(
-                self.reader, names, self.scope.conversation_of
+                self.reader, names, self.scope.conversation_of, self.policy
             )
         terms = keyword_terms(plan)
         needles = terms.needles or tuple(plan.needles())

@@ -247,6 +247,10 @@ def test_a_question_naming_what_this_project_never_mentions_gets_nothing(project
         assert elsewhere["success"] is True and elsewhere["results"] == [], elsewhere
         assert "never mention caroline" in elsewhere["message"]
     assert session_ids(project.search(project.current, question, mode="keyword"))[0] == project.invoices
+    # A name only a title holds ("Session expiry"; the messages say "expires") is this project's.
+    titled = project.search(project.current, "What about Expiry?", mode="hybrid")
+    assert "never mention" not in titled.get("message", ""), titled
+    assert session_ids(titled)[0] == project.expiry
     # "CSV" is a name too, and this project has it.
     here = project.search(project.current, "When did we export the invoice CSV files?", mode="hybrid")
     assert session_ids(here)[0] == project.invoices

@@ -236,7 +236,11 @@ def without_words(query: str, words: frozenset[str]) -> str:
 # particles. A CJK question is one run of characters, so they are cut out of the run before it is
 # split into n-grams (longest first). General Chinese function words only, several characters long
 # where possible: a single character is also part of content words (会 in 会话, 能 in 功能), and
-# cutting it would break them. Words of the project's own subject are left to bm25's idf.
+# cutting it would break them; 是 and 把 are the exceptions (是否 但是 还是 就是 are cut
+# before 是; 把 frames an object: 把部署脚本放在哪里). A question written as a sentence
+# ("上次那个数据库迁移的报错是怎么解决的", "那个…的问题后来怎么样了") frames its topic with
+# how it was solved and what became of it: 解决 问题 结果 结论 办法 具体 来着 name no
+# topic. Words of the project's own subject are left to bm25's idf.
 CJK_STOP_PHRASES = tuple(
     sorted(
         set(
@@ -245,7 +249,8 @@ CJK_STOP_PHRASES = tuple(
             多少 是否 有没有 是不是 能不能 可不可以 还记得 记得 记不记得 提醒 回忆 一下 讨论 讨论过
             聊过 说过 提到 提过 谈过 这个 那个 这些 那些 这里 那里 这样 那样 可以 应该 需要 已经
             然后 因为 所以 但是 如果 还是 就是 或者 以及 关于 对于 帮我 告诉 请问
-            吗 呢 吧 啊 呀 嘛 的 了""".split()
+            在哪 在哪里 在哪儿 放在哪 放在哪里 放在哪儿 具体 来着 解决 解决的 问题 结果 结论 办法
+            吗 呢 吧 啊 呀 嘛 的 了 是 把""".split()
         ),
         key=lambda phrase: (-len(phrase), phrase),
     )

@@ -494,6 +494,48 @@ class FullTextReader:
         ).fetchall()
         return [(row[0], row[1] or "") for row in rows]
 
+    def session_titles(
+        self, session_ids: Sequence[str], needles: Sequence[str]
+    ) -> tuple[int, list[int], list[tuple[str, str]]]:
+        """Of these sessions' titles (Hermes's one-line summaries): how many there are, how many
+        hold each of ``needles`` (lowercase, as a substring of the ASCII-lowercased title), and
+        (session, title) of those that hold one or more. SQLite's ``instr`` does the substring
+        work, so the thousands of titles of a large project never reach Python."""
+        if "title" not in self.schema.session_columns or not session_ids or not needles:
+            return 0, [0] * len(needles), []
+        holds = [f"(instr(lower(s.title), :n{i}) > 0)" for i in range(len(needles))]
+        named: dict[str, Any] = {f"n{i}": needle for i, needle in enumerate(needles)}
+        named["ids"] = json.dumps(list(session_ids))
+        scope = "s.id IN (SELECT value FROM json_each(:ids)) AND s.title IS NOT NULL AND s.title != ''"
+        sums = ", ".join(f"coalesce(sum({h}), 0)" for h in holds)
+        counts = self.conn.execute(f"SELECT count(*), {sums} FROM sessions s WHERE {scope}", named).fetchone()
+        rows = self.conn.execute(
+            f"SELECT s.id, s.title FROM sessions s WHERE {scope} AND ({' OR '.join(holds)})", named
+        ).fetchall()
+        return counts[0], list(counts[1:]), [(row[0], row[1]) for row in rows]
+
+    def first_user_messages(self, session_ids: Sequence[str]) -> dict[str, tuple[int, Any]]:
+        """session -> (id, timestamp) of its first live user message with text (what a result
+        found by its title alone shows)."""
+        if not session_ids:
+            return {}
+        rows = self.conn.execute(
+            "SELECT m.session_id, min(m.id) FROM messages m "
+            "WHERE m.session_id IN (SELECT value FROM json_each(?)) AND m.role = 'user' "
+            f"AND {self.schema.live_message_sql} AND {_HAS_TEXT_SQL} GROUP BY m.session_id",
+            (json.dumps(list(session_ids)),),
+        ).fetchall()
+        first = {row[0]: row[1] for row in rows}
+        if not first:
+            return {}
+        stamps = dict(
+            self.conn.execute(
+                "SELECT m.id, m.timestamp FROM messages m WHERE m.id IN (SELECT value FROM json_each(?))",
+                (json.dumps(list(first.values())),),
+            ).fetchall()
+        )
+        return {sid: (mid, stamps.get(mid)) for sid, mid in first.items()}
+
     def containing(self, message_ids: Iterable[int], needles: Sequence[str]) -> dict[int, int]:
         """How many of ``needles`` each of these messages' text contains (case as written: the
         needles are CJK), for the messages that contain one or more."""

@@ -12,10 +12,10 @@ import logging
 import re
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..ranking import KeywordHit, KeywordSignals, Message, RankingPolicy
+from ..ranking import KeywordHit, KeywordSignals, Message, RankingPolicy, TitleHit
 from ..ranking.signals import PartKind
 from ..store import message_text
 from .query import KeywordQuery, KeywordTerm, QueryPlan, Term, as_written, bare_word, keyword_terms
@@ -78,12 +78,15 @@ def common_words(
     return frozenset(common) if len(common) < len(words) else frozenset()
 
 
-def absent_names(reader: FullTextReader, names: Sequence[str], in_scope: Mapping[str, str]) -> bool:
+def absent_names(
+    reader: FullTextReader, names: Sequence[str], in_scope: Mapping[str, str], policy: RankingPolicy
+) -> bool:
     """Does the question name things (``query.named_things``) of which not one occurs in any
-    conversation of the scope? Then it is about another project, and semantic and hybrid search
-    answer nothing (``RankingPolicy.absent_names_answer_nothing``). One unranked FTS read per
-    name that stops at its first conversation (:meth:`FullTextReader.conversations_with`, kept
-    with the scope); a name not judged in time counts as present."""
+    conversation of the scope, in its messages or in the titles :func:`title_hits` reads? Then it
+    is about another project, and semantic and hybrid search answer nothing
+    (``RankingPolicy.absent_names_answer_nothing``). One unranked FTS read per name that stops at
+    its first conversation (:meth:`FullTextReader.conversations_with`, kept with the scope), and
+    one count over the titles; a name not judged in time counts as present."""
     if not names or not reader.schema.fts_columns:
         return False
     for name in names:
@@ -95,7 +98,13 @@ def absent_names(reader: FullTextReader, names: Sequence[str], in_scope: Mapping
             if not reader.stopped(error):
                 logger.warning("could not tell whether %r occurs in this project", name, exc_info=True)
             return False
-    return True
+    try:
+        _, holding, _ = reader.session_titles(list(in_scope)[-policy.title_sessions :], list(names))
+    except sqlite3.Error as error:
+        if not (isinstance(error, sqlite3.OperationalError) and reader.stopped(error)):
+            logger.warning("could not read this project's titles for %r", names, exc_info=True)
+        return False
+    return not any(holding)
 
 
 def sole_holder(
@@ -225,13 +234,109 @@ def keyword_signals(
     only the first conversations' best messages matter (keyword mode), which lets the boolean
     pass stop reading early. How far either reads never depends on the ``limit`` asked for: the
     policy's ``gather_conversations`` (the largest limit), so a user asking for more results sees
-    the same first ones.
+    the same first ones. A question's conversations whose titles hold its terms come with it
+    (:func:`title_hits`; issue 30: a title is evidence for its conversation); the user's own
+    operators read messages only.
     """
     if not plan.terms or not in_scope:
         return KeywordSignals()
     if plan.has_operators:
         return boolean_hits(reader, plan, in_scope, policy, only_best=only_best)
-    return question_hits(reader, plan, in_scope, policy, leave_out=leave_out)
+    found = question_hits(reader, plan, in_scope, policy, leave_out=leave_out)
+    if found.kind != "ranked" or policy.title_evidence <= 0:
+        return found
+    query = keyword_terms(plan, leave_out)
+    words = [t for t in query.terms or keyword_terms(plan).terms if not t.text.isdigit()]
+    titles = title_hits(reader, words, in_scope, policy, found.hits)
+    return replace(found, titles=titles) if titles else found
+
+
+def terms_in_title(terms: Sequence[KeywordTerm], title: str) -> frozenset[int]:
+    """The indexes of ``terms`` that ``title`` holds, as :meth:`KeywordTerm.occurs_in` reads it
+    (the title cut into words once, for the thousands of titles a search may read)."""
+    folded = title.casefold()
+    words = _TITLE_WORD.findall(folded)
+    spaced = " " + " ".join(words) + " "
+    found = set()
+    for index, term in enumerate(terms):
+        text = term.text.casefold()
+        if term.kind in ("gram", "pair", "literal"):
+            held = text in folded
+        elif term.kind == "prefix":
+            held = (" " + text) in spaced
+        else:
+            held = (" " + " ".join(text.split()) + " ") in spaced
+        if held:
+            found.add(index)
+    return frozenset(found)
+
+
+_TITLE_WORD = re.compile(r"[^\W_]+")
+
+
+def title_hits(
+    reader: FullTextReader,
+    terms: Sequence[KeywordTerm],
+    in_scope: Mapping[str, str],
+    policy: RankingPolicy,
+    hits: Sequence[KeywordHit] = (),
+) -> tuple[TitleHit, ...]:
+    """The conversations whose sessions' titles hold the question's terms (Hermes titles every
+    conversation with a one-line summary, often in words its messages never write: a title
+    ``数据库迁移报错`` over a chat about ``alembic upgrade head``).
+
+    Of the scope's ``title_sessions`` most recent sessions, SQLite counts the titles and those
+    holding each term as a substring, and returns the titles holding one (one statement each);
+    those are matched here as the tables would match them (:func:`terms_in_title`). A term in
+    more than ``common_share`` of the titles (``session`` in ``conv-26 session 3``) cannot tell
+    them apart and does not count, once ``common_min_conversations`` titles are read. A
+    conversation that nothing else matched is shown by its session's first user message (a
+    second query, for those only). A failed or late read finds no titles: the search goes on.
+    The caller leaves bare numbers out: a question's ``9 November`` or ``4 years`` is no
+    ``session 9`` (LoCoMo's titles, tune half: docs/benchmarks.md, "Titles").
+    """
+    if not terms or not in_scope:
+        return ()
+    recent = list(in_scope)[-policy.title_sessions :]
+    needles = [" ".join(t.text.casefold().split()) for t in terms]
+    try:
+        total, holding, titles = reader.session_titles(recent, needles)
+    except sqlite3.Error as error:
+        if not (isinstance(error, sqlite3.OperationalError) and reader.stopped(error)):
+            logger.debug("reading titles failed", exc_info=True)
+        return ()
+    if not titles:
+        return ()
+    counted = set(range(len(terms)))
+    if total >= policy.common_min_conversations:
+        most = policy.common_share * total
+        counted = {i for i in counted if holding[i] <= most}
+    held = [(session_id, terms_in_title(terms, title)) for session_id, title in titles]
+    best: dict[str, tuple[float, str]] = {}
+    for session_id, holds in held:
+        share = len(holds & counted) / len(counted) if counted else 0.0
+        conversation = in_scope[session_id]
+        if share > 0 and share > best.get(conversation, (0.0, ""))[0]:
+            best[conversation] = (share, session_id)
+    if not best:
+        return ()
+    matched = {hit.message.conversation for hit in hits}
+    alone = [sid for conversation, (_, sid) in best.items() if conversation not in matched]
+    try:
+        first = reader.first_user_messages(alone)
+    except sqlite3.Error as error:
+        if not (isinstance(error, sqlite3.OperationalError) and reader.stopped(error)):
+            logger.debug("reading titled sessions' first messages failed", exc_info=True)
+        first = {}
+    found = []
+    for conversation, (share, session_id) in best.items():
+        message = None
+        if session_id in first:
+            message_id, timestamp = first[session_id]
+            message = Message(message_id, session_id, conversation, timestamp)
+        if conversation in matched or message is not None:
+            found.append(TitleHit(conversation, share, message))
+    return tuple(found)
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .policy import DEFAULT_POLICY, SEMANTIC_FLOORS, RankingPolicy
 from .rank import Ranking, Result, Scored, evidence_as_asked, keyword_order, rank
-from .signals import KeywordHit, KeywordSignals, Message, Question, SemanticHit, Signals
+from .signals import KeywordHit, KeywordSignals, Message, Question, SemanticHit, Signals, TitleHit
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -21,6 +21,7 @@ __all__ = [
     "Scored",
     "SemanticHit",
     "Signals",
+    "TitleHit",
     "evidence_as_asked",
     "keyword_order",
     "rank",

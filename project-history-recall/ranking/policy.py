@@ -85,6 +85,15 @@ class RankingPolicy:
     #: (LoCoMo and transcripts, issue 20).
     add_the_rest: bool = True
 
+    #: A conversation whose title (Hermes's one-line summary) holds every ranking term of the
+    #: question gains this much evidence, a share of it for a share of the terms: as much as a
+    #: message needs to count (``keyword_evidence``). Titles name what a conversation is about in
+    #: words it may never write (tests/test_titles.py; transcripts and LoCoMo keyword unchanged).
+    title_evidence: float = 10.0
+    #: Titles read per search, the scope's most recent sessions' (a project of thousands of
+    #: sessions: docs/benchmarks.md, "Titles").
+    title_sessions: int = 2000
+
     # ---------------------------------------------------------------- keyword evidence
     #: The bm25 a conversation needs for its keyword match to be evidence (with the semantic floor,
     #: LoCoMo off-topic vs in-project recall).

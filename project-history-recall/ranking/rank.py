@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from .policy import RankingPolicy
-from .signals import KeywordHit, KeywordSignals, Message, Question, SemanticHit, Signals
+from .signals import KeywordHit, KeywordSignals, Message, Question, SemanticHit, Signals, TitleHit
 
 Source = Literal["keyword", "semantic", "both"]
 Floor = Literal["met", "unmet", "as_asked"]
@@ -150,7 +150,13 @@ def keyword_order(signals: KeywordSignals, policy: RankingPolicy) -> list[Scored
     tiers: dict[int, list[KeywordHit]] = {}
     for hit in signals.hits:
         tiers.setdefault(hit.tier, []).append(hit)
-    return [scored for tier in sorted(tiers) for scored in rank_by_conversation(tiers[tier], policy)]
+    if signals.titles:
+        tiers.setdefault(0, [])
+    return [
+        scored
+        for tier in sorted(tiers)
+        for scored in rank_by_conversation(tiers[tier], policy, signals.titles if tier == 0 else ())
+    ]
 
 
 def message_score(hit: KeywordHit, policy: RankingPolicy) -> float:
@@ -193,13 +199,29 @@ def conversation_score(message_scores: Sequence[float], policy: RankingPolicy) -
     return best + math.log1p(max(0.0, sum(message_scores) - best))
 
 
-def rank_by_conversation(hits: Iterable[KeywordHit], policy: RankingPolicy) -> list[Scored]:
+def title_score(title: TitleHit, policy: RankingPolicy) -> float:
+    """What a title holding the question's terms adds to its conversation's score and evidence."""
+    return policy.title_evidence * title.share
+
+
+def rank_by_conversation(
+    hits: Iterable[KeywordHit], policy: RankingPolicy, titles: Iterable[TitleHit] = ()
+) -> list[Scored]:
     """Hits ordered by their conversation's :func:`conversation_score`, then their own score;
     each carries its conversation's evidence (the same over bm25 alone; None: LIKE only). Ties go
-    to the conversation whose best message is older."""
+    to the conversation whose best message is older.
+
+    A conversation whose title holds terms of the question (``titles``) adds its
+    :func:`title_score` to its score and its evidence, as the question's own terms; one that
+    nothing else matched is ranked by its title alone, shown by the title's message."""
     grouped: dict[str, list[tuple[float, KeywordHit]]] = {}
     for hit in hits:
         grouped.setdefault(hit.message.conversation, []).append((message_score(hit, policy), hit))
+    by_title: dict[str, float] = {}
+    for title in titles:
+        by_title[title.conversation] = max(by_title.get(title.conversation, 0.0), title_score(title, policy))
+        if title.conversation not in grouped and title.message is not None:
+            grouped[title.conversation] = [(0.0, KeywordHit(title.message))]
     conversations = []
     for members in grouped.values():
         members.sort(key=lambda m: (-m[0], m[1].message.message_id))
@@ -212,6 +234,10 @@ def rank_by_conversation(hits: Iterable[KeywordHit], policy: RankingPolicy) -> l
         own_bm25 = [_bm25(hit, policy, fill=False) for _, hit in members if hit.tier == 0]
         owned = [b for b in own_bm25 if b is not None]
         own = conversation_score(owned, policy) if owned else None
+        titled = by_title.get(members[0][1].message.conversation)
+        if titled:
+            total += titled
+            evidence, own = (evidence or 0.0) + titled, (own or 0.0) + titled
         conversations.append((-total, members[0][1].message.message_id, total, evidence, own, members))
     conversations.sort(key=lambda c: (c[0], c[1]))
     return [

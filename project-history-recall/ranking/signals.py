@@ -44,6 +44,17 @@ class KeywordHit(NamedTuple):
     like_share: float | None = None
 
 
+class TitleHit(NamedTuple):
+    """A conversation whose session's title (Hermes's one-line summary, ``sessions.title``) holds
+    terms of the question. ``share``: of the question's ranking terms (those not in nearly every
+    title of the scope), the share the title holds. ``message``: the message shown when nothing
+    else of the conversation matched (its session's first user message)."""
+
+    conversation: str
+    share: float
+    message: Message | None = None
+
+
 @dataclass(frozen=True)
 class KeywordSignals:
     """``ranked``: a question, ranked by the policy's conversation scores. ``boolean``: the user's
@@ -53,6 +64,8 @@ class KeywordSignals:
 
     hits: tuple[KeywordHit, ...] = ()
     kind: Literal["ranked", "boolean", "as_written"] = "ranked"
+    #: Conversations whose title holds the question's terms (a question's ``ranked`` kind only).
+    titles: tuple[TitleHit, ...] = ()
 
 
 class SemanticHit(NamedTuple):

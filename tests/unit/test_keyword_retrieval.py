@@ -32,3 +32,23 @@ def test_recent_conversations_keep_whole_conversations_newest_first(retrieval):
     assert recent(scope, 3) == {"s1": "c1", "s3": "c1", "s4": "c3", "s5": "c4", "s6": "c4"}
     assert recent(scope, 10) == scope
     assert recent({}, 5) == {}
+
+
+@pytest.mark.parametrize(
+    "title",
+    ["数据库迁移报错", "Flaky payments tests", "conv-26 session 3", "Fix user_service.py", "", "部署-脚本"],
+)
+def test_a_title_holds_the_terms_a_table_would_match(retrieval, phr, title):
+    # terms_in_title cuts a title into words once; it must agree with KeywordTerm.occurs_in.
+    query = phr.module("fulltext.query")
+    questions = [
+        "上次那个数据库迁移的报错是怎么解决的",
+        "what did we do about the flaky payments tests",
+        "what happened in session 3",
+        "the user_service.py import error",
+        "部署脚本",
+    ]
+    for question in questions:
+        terms = query.keyword_terms(query.plan_query(question)).terms
+        expected = {i for i, t in enumerate(terms) if t.occurs_in(title)}
+        assert retrieval.terms_in_title(terms, title) == expected, (question, title)

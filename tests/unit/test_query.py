@@ -181,16 +181,18 @@ def test_cjk_grams_are_the_three_character_windows_once_each(q):
 
 
 def test_cjk_stop_phrases_are_cut_longest_first_and_content_words_survive(q):
-    assert q.without_cjk_stop_phrases("上次我们是怎么处理缓存的？").split() == ["是", "处理缓存", "？"]
+    assert q.without_cjk_stop_phrases("上次我们是怎么处理缓存的？").split() == ["处理缓存", "？"]
     # 什么 goes before 么 could be taken by anything shorter; 会话 and 功能 keep their characters.
-    assert q.without_cjk_stop_phrases("会话功能是什么") == "会话功能是 "
+    assert q.without_cjk_stop_phrases("会话功能是什么").split() == ["会话功能"]
+    # 是否 and 还是 are cut whole before 是 alone.
+    assert q.without_cjk_stop_phrases("是否还是要缓存").split() == ["要缓存"]
     assert q.without_cjk_stop_phrases("plain English") == "plain English"
     phrases = q.CJK_STOP_PHRASES
     assert list(phrases) == sorted(phrases, key=lambda p: (-len(p), p))
 
 
 def test_a_chinese_question_is_ranked_by_the_grams_of_its_topic(q):
-    # The question's frame (上次 我们 怎么 的) is cut; 是 is left alone and dropped as one character.
+    # The question's frame (上次 我们 是 怎么 的) is cut.
     assert _terms(q, "上次我们是怎么处理项目归属的？") == [
         ("处理项", "gram"),
         ("理项目", "gram"),
@@ -200,6 +202,29 @@ def test_a_chinese_question_is_ranked_by_the_grams_of_its_topic(q):
     # A two-character word can only be a pair; a single character is nothing.
     assert _terms(q, "归属") == [("归属", "pair")]
     assert _terms(q, "折") == []
+
+
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        # How it was solved, and 报错 a word of two characters: the topic's grams and its pair.
+        (
+            "上次那个数据库迁移的报错是怎么解决的",
+            [("数据库", "gram"), ("据库迁", "gram"), ("库迁移", "gram"), ("报错", "pair")],
+        ),
+        ("我们之前部署脚本在哪里", [("部署脚", "gram"), ("署脚本", "gram")]),
+        ("那个登录超时的问题后来怎么样了", [("登录超", "gram"), ("录超时", "gram")]),
+        ("上次把缓存方案放在哪里了", [("缓存方", "gram"), ("存方案", "gram")]),
+        ("之前讨论的限流是什么结果", [("限流", "pair")]),
+        ("我记得之前聊过登录超时，具体是怎么做的来着？", [("登录超", "gram"), ("录超时", "gram")]),
+        ("之前关于限流的讨论结论是什么？", [("限流", "pair")]),
+    ],
+)
+def test_a_chinese_sentence_question_is_ranked_by_its_topic_alone(q, question, expected):
+    # Written as a user asks (上次…是怎么解决的, 我们之前…在哪里, 那个…的问题后来怎么样了): every
+    # framing word is cut, so no gram spans the topic and the frame (报错是, 的问题) and a title
+    # holding the topic holds every term.
+    assert _terms(q, question) == expected
 
 
 def test_mixed_chinese_and_english_takes_both_and_unglues_latin_words(q):

@@ -431,3 +431,31 @@ def test_a_question_naming_only_what_the_project_never_mentions_gets_nothing(ran
     assert floor("hybrid", has_cjk=True).floor == "met"
     off = replace(policy, absent_names_answer_nothing=False)
     assert floor("hybrid", off).floor == "met" and floor("semantic", off).floor == "met"
+
+
+# --------------------------------------------------------------------------- titles
+
+
+def test_a_title_adds_its_share_of_the_title_evidence_and_ranks_a_title_only_conversation(r, ranking, policy):
+    hits = (
+        ranking.KeywordHit(message(ranking, "a", 1), (("bm25", 6.0),)),
+        ranking.KeywordHit(message(ranking, "b", 2), (("bm25", 4.0),)),
+    )
+    titles = (
+        ranking.TitleHit("b", 0.5),  # half the question's terms: half of title_evidence
+        ranking.TitleHit("c", 1.0, message(ranking, "c", 3)),  # nothing but its title matched
+    )
+    order = r.keyword_order(ranking.KeywordSignals(hits, titles=titles), policy)
+    assert ids(order) == ["c", "b", "a"]
+    by = {row.conversation: row for row in order}
+    assert by["c"].evidence == by["c"].own_evidence == policy.title_evidence
+    assert by["b"].evidence == pytest.approx(4.0 + 0.5 * policy.title_evidence)
+    assert by["a"].evidence == 6.0
+    # Without title evidence, the messages' bm25 alone, as before titles were read.
+    plain = r.keyword_order(ranking.KeywordSignals(hits, titles=titles), replace(policy, title_evidence=0.0))
+    assert [(row.conversation, row.evidence) for row in plain][:2] == [("a", 6.0), ("b", 4.0)]
+
+
+def test_a_title_only_conversation_without_a_message_to_show_is_not_ranked(r, ranking, policy):
+    signals = ranking.KeywordSignals((), titles=(ranking.TitleHit("c", 1.0),))
+    assert r.keyword_order(signals, policy) == []
