@@ -491,6 +491,8 @@ class _Search:
             result["message"] = STATE_BUSY
         elif self.reader.out_of_time:
             result["message"] = "No matching messages found within the keyword search's time limit"
+        elif self.window is not None:
+            result["message"] = "No matching messages in this project's other sessions in that time window"
         else:
             result["message"] = "No matching messages in this project's other sessions"
         warnings = list(question.warnings)

@@ -100,6 +100,9 @@ def test_a_span_counts_back_from_now(billing):
     assert session_ids(result) == [fresh], result
     older = search(world, "keyword", until="7d")
     assert fresh not in session_ids(older) and world.old in session_ids(older), older
+    empty = search(world, "keyword", since="2026-10-01", until="2026-10-31")
+    assert empty["results"] == [], empty
+    assert empty["message"] == "No matching messages in this project's other sessions in that time window"
 
 
 @pytest.mark.parametrize(

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
-NOW = datetime(2026, 12, 4, 12, 0, tzinfo=timezone.utc).timestamp()
+NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC).timestamp()
 DAY = 86400.0
 
 
@@ -29,8 +29,8 @@ def test_plain_dates_are_local_days_and_until_includes_its_day(q):
 
 def test_datetimes_are_their_instant(q):
     assert q.time_window("2026-11-20T10:30:00+00:00", "2026-11-21T00:00Z", NOW) == (
-        datetime(2026, 11, 20, 10, 30, tzinfo=timezone.utc).timestamp(),
-        datetime(2026, 11, 21, tzinfo=timezone.utc).timestamp(),
+        datetime(2026, 11, 20, 10, 30, tzinfo=UTC).timestamp(),
+        datetime(2026, 11, 21, tzinfo=UTC).timestamp(),
     )
     assert q.time_window("2026-11-20 10:30", None, NOW)[0] == datetime(2026, 11, 20, 10, 30).timestamp()
 
