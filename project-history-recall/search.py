@@ -15,7 +15,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Container, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -302,14 +302,40 @@ class _Search:
     """One search of one scope: the call's databases, the process's memory, and the steps."""
 
     def __init__(
-        self, process: ProcessState, env: HermesEnv, db: HermesDB, scope: Scope, build: bool, started: float
+        self,
+        process: ProcessState,
+        env: HermesEnv,
+        db: HermesDB,
+        scope: Scope,
+        build: bool,
+        started: float,
+        window: tuple[float, float] | None = None,
     ) -> None:
-        self.env, self.db, self.scope, self.build = env, db, scope, build
+        self.env, self.db, self.scope, self.build, self.window = env, db, scope, build, window
         self.started = started  # time.monotonic() at the call's start: budgets count from it
         self.keyword_deadline = started + KEYWORD_SECONDS
         self.reader = FullTextReader(db, process.scope_ids)
         self.semantic = Semantic(env, process.semantic, process.schemas)
         self.policy = process.policy.with_settings(env.settings.embedding)
+        #: The keyword path's sessions: with a time window, those with a message in it, so that the
+        #: conversations retrieval gathers are in the window. The semantic side keeps the whole
+        #: scope (what it indexes); its hits are filtered (:meth:`in_window`).
+        self.searched = scope.conversation_of
+        if window is not None:
+            active = db.sessions_active_between(scope.conversation_of, [window])
+            self.searched = {sid: c for sid, c in scope.conversation_of.items() if sid in active}
+
+    def in_window(self, hits: Sequence[Any]) -> tuple[Any, ...]:
+        """The hits whose message lies in the call's ``since`` / ``until`` window (issue 32): no
+        result outside it, whichever path found it."""
+        if self.window is None:
+            return tuple(hits)
+        start, end = self.window
+        return tuple(
+            hit
+            for hit in hits
+            if hit.message.timestamp is not None and start <= float(hit.message.timestamp) < end
+        )
 
     def understand(self, query: str, mode: str, limit: int) -> Question:
         plan = plan_query(query)
@@ -333,14 +359,15 @@ class _Search:
         matters (no fusion, no date promotion follows), so reading stops early. At
         :data:`KEYWORD_SECONDS` from the call's start, what was read so far."""
         with self.reader.deadline(self.keyword_deadline):
-            return keyword_signals(
+            signals = keyword_signals(
                 self.reader,
                 question.plan,
-                self.scope.conversation_of,
+                self.searched,
                 self.policy,
                 only_best=only_best and not question.windows,
                 leave_out=question.common,
             )
+        return replace(signals, hits=self.in_window(signals.hits)) if self.window else signals
 
     def retrieve(self, question: Question) -> Found:
         """Both paths; in hybrid mode the semantic side runs on a worker beside the keyword path.
@@ -364,7 +391,9 @@ class _Search:
             )
         else:
             outcome = self.semantic.search_indexed(self.db, self.scope, question.semantic_text, self.started)
-        found = Found(keyword, outcome, semantic_hits(outcome.rows, self.scope.conversation_of))
+        found = Found(
+            keyword, outcome, self.in_window(semantic_hits(outcome.rows, self.scope.conversation_of))
+        )
         if mode == "semantic" and not found.semantic_hits:
             # Semantic search cannot answer (yet): the keyword results the agent can still use.
             found.keyword, found.fallback = self.keyword(question, only_best=True), True
@@ -377,9 +406,7 @@ class _Search:
             and self.policy.sole_holder_wins
         ):
             with self.reader.deadline(self.keyword_deadline):
-                found.sole_holder = sole_holder(
-                    self.reader, question.plan, self.scope.conversation_of, question.terms
-                )
+                found.sole_holder = sole_holder(self.reader, question.plan, self.searched, question.terms)
         if self.policy.recall_after_cited and (found.keyword.hits or found.semantic_hits):
             with self.reader.deadline(self.keyword_deadline):
                 found.cites = recall_citations(self.reader, found.session_ids(), self.scope.conversation_of)
@@ -411,13 +438,12 @@ class _Search:
 
     def keyword_as_asked(self, question: Question) -> KeywordSignals:
         with self.reader.deadline(self.keyword_deadline):
-            return keyword_signals(
-                self.reader, plan_query(question.text), self.scope.conversation_of, self.policy
-            )
+            signals = keyword_signals(self.reader, plan_query(question.text), self.searched, self.policy)
+        return replace(signals, hits=self.in_window(signals.hits)) if self.window else signals
 
     def semantic_as_asked(self, question: Question) -> tuple[SemanticHit, ...]:
         outcome = self.semantic.search_indexed(self.db, self.scope, question.text, self.started)
-        return semantic_hits(outcome.rows, self.scope.conversation_of)
+        return self.in_window(semantic_hits(outcome.rows, self.scope.conversation_of))
 
     def shape(self, question: Question, found: Found, results: Sequence[Result]) -> dict[str, Any]:
         """Spec §4.5's answer: one result per conversation, as ranked."""
@@ -501,6 +527,8 @@ class _Search:
             result["message"] = STATE_BUSY
         elif self.reader.out_of_time:
             result["message"] = "No matching messages found within the keyword search's time limit"
+        elif self.window is not None:
+            result["message"] = "No matching messages in this project's other sessions in that time window"
         else:
             result["message"] = "No matching messages in this project's other sessions"
         warnings = list(question.warnings)
@@ -547,6 +575,7 @@ def run_search(
     fallback_cwd: str = "",
     build_index: bool = True,
     started: float | None = None,
+    window: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """The tool's answer as a dict (spec §4.5, failure rows of spec §七): scope, then the question
     read once, both paths, ranking, and the answer's shape.
@@ -554,6 +583,7 @@ def run_search(
     ``build_index=False`` (the terminal's ``search``): semantic search runs only over a complete
     index and starts no indexing that the exiting process would abandon. ``started``
     (``time.monotonic()``): when the caller began, so that the budget covers the whole call.
+    ``window``: the (start, end) timestamps of ``since`` / ``until`` (``fulltext.query.time_window``).
     """
     started = time.monotonic() if started is None else started
     env = HermesEnv.current()
@@ -572,7 +602,7 @@ def run_search(
             early = answer_without_search(scope)
             if early is not None:
                 return early
-            search = _Search(process, env, db, scope, build_index, started)
+            search = _Search(process, env, db, scope, build_index, started, window)
             question = search.understand(query, mode, limit)
             found = search.retrieve(question)
             results, below_floor = search.rank(question, found)

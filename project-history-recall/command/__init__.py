@@ -111,6 +111,8 @@ def setup_parser(parser: argparse.ArgumentParser) -> None:
     where = search.add_mutually_exclusive_group()
     where.add_argument("--cwd", metavar="DIR", help="search as a conversation in DIR (default: here)")
     where.add_argument("--session", metavar="ID", help="search as this conversation")
+    search.add_argument("--since", metavar="WHEN", help="from a date (2026-11-20) or a span ago (7d, 2w)")
+    search.add_argument("--until", metavar="WHEN", help="before a date (that day included) or a span ago")
     search.add_argument("--json", action="store_true", help="print the tool's JSON result")
 
 

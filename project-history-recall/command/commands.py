@@ -397,6 +397,12 @@ def search(process: ProcessState, args: argparse.Namespace) -> int:
         raise CommandError("the query is empty")
     if not 1 <= args.limit <= 10:
         raise CommandError("--limit must be from 1 to 10")
+    from ..fulltext.query import TimeBoundError, time_window
+
+    try:
+        window = time_window(args.since, args.until, time.time())
+    except TimeBoundError as error:
+        raise CommandError(str(error)) from None
     cwd = os.path.abspath(args.cwd) if args.cwd else os.getcwd()
     if args.cwd and not os.path.isdir(cwd):
         raise CommandError(f"no such folder: {args.cwd}")
@@ -406,7 +412,15 @@ def search(process: ProcessState, args: argparse.Namespace) -> int:
                 raise CommandError(f"session not found: {args.session}")
     # build_index=False: a terminal search never starts indexing it would abandon on exit.
     result = run_search(
-        process, query, args.mode, args.limit, args.session or "", cwd, build_index=False, started=started
+        process,
+        query,
+        args.mode,
+        args.limit,
+        args.session or "",
+        cwd,
+        build_index=False,
+        started=started,
+        window=window,
     )
     if args.json:
         print(terminal_json(result))

@@ -592,3 +592,51 @@ def date_windows(query: str) -> list[tuple[float, float]]:
         following = datetime(year + (month == 12), month % 12 + 1, 1)
         windows.append((first.timestamp(), following.timestamp()))
     return windows
+
+
+# --------------------------------------------------------------------------- an explicit time window
+
+#: What a bad ``since`` / ``until`` is told to look like (the tool's error and the CLI's line).
+TIME_BOUND_FORM = "use a date like 2026-11-20 or a span like 7d or 2w"
+_PLAIN_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_SPAN = re.compile(r"(\d{1,4})([dw])", re.IGNORECASE)
+
+
+class TimeBoundError(ValueError):
+    """A ``since`` / ``until`` that is not a date, a datetime or a span; its text names which."""
+
+
+def _time_bound(name: str, raw: object, now: float, day_end: bool) -> float | None:
+    """One bound as a timestamp: a plain date is its day's start (``day_end``: the next day's start,
+    so ``until`` includes the day), a datetime its instant (local time when it names no zone), a
+    span (``7d``, ``2w``) that long before ``now``."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return None
+    if not isinstance(raw, str):
+        raise TimeBoundError(f"{name}: must be a string ({TIME_BOUND_FORM})")
+    text = raw.strip()
+    span = _SPAN.fullmatch(text)
+    if span:
+        days = int(span.group(1)) * (7 if span.group(2).lower() == "w" else 1)
+        return now - days * 86400.0
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise TimeBoundError(f"{name}: {text[:40]!r} is not a date or a span ({TIME_BOUND_FORM})") from None
+    if _PLAIN_DATE.fullmatch(text) and day_end:
+        return when.timestamp() + 86400.0
+    return when.timestamp()
+
+
+def time_window(since: object, until: object, now: float) -> tuple[float, float] | None:
+    """The tool's ``since`` / ``until`` (issue 32) as one (start, end) window, end exclusive, or
+    None when neither is given. Unlike :func:`date_windows`, which only promotes sessions of a date
+    the query names, this window is a filter: nothing outside it is returned. Raises
+    :class:`TimeBoundError` naming the bad bound."""
+    start = _time_bound("since", since, now, day_end=False)
+    end = _time_bound("until", until, now, day_end=True)
+    if start is None and end is None:
+        return None
+    if start is not None and end is not None and start >= end:
+        raise TimeBoundError(f"since: it is not before until ({TIME_BOUND_FORM})")
+    return (start if start is not None else 0.0, end if end is not None else float("inf"))
