@@ -27,7 +27,7 @@ def tiers(world):
     w.a, w.b = w.project("A", w.a_dir), w.project("B", w.b_dir)
     w.a_mates = [w.session(w.a_dir, [("user", f"okapi gateway retry in A, take {n}")]) for n in (1, 2)]
     w.b_mates = [w.session(w.b_dir, [("user", f"okapi gateway retry in B, take {n}")]) for n in (1, 2)]
-    w.home_mates = [w.session(w.home_dir, [("user", f"okapi gateway retry at Home, take {n}")]) for n in (1, 2)]
+    w.home_mates = [w.session(w.home_dir, [("user", f"okapi gateway retry at Home, {n}")]) for n in (1, 2)]
     w.asking_a = w.session(w.a_dir, [("user", "okapi gateway retry: did we solve it elsewhere?")])
     w.asking_home = w.session(w.home_dir, [("user", "okapi gateway retry, asked from Home")])
     return w
