@@ -137,3 +137,50 @@ def test_cli_all_projects_names_each_project(tiers):
     assert projects == [f"project: A ({w.a})"] * 3 + ["project: Home"] * 3 + [f"project: B ({w.b})"] * 2
     plain = run_hermes(w.home, "project-history", "search", "okapi", "--mode", "keyword", cwd=w.a_dir)
     assert plain.returncode == 0 and "project: " not in plain.stdout
+
+
+def test_hybrid_all_is_semantic_only_where_consented(world, plugin):
+    """Consent for A only: A's tier answers semantically (a synonym keyword misses), Home's and B's
+    by keyword, the answer says so, and no text of theirs reaches the provider."""
+    from embedding_server import EmbeddingServer
+    from hermes_cli.config import save_config
+
+    w = world
+    with EmbeddingServer() as server:
+        plugin.reset_process_state()
+        embedding = {
+            "enabled": True,
+            "model": "e5-small",
+            "base_url": server.base_url,
+            "input_type": True,
+            "index_budget_seconds": 60,
+        }
+        save_config({"plugins": {"project-history-recall": {"embedding": embedding}}}, merge_existing=True)
+        a_dir, b_dir, home_dir = w.folder("a", git=True), w.folder("b", git=True), w.folder("scratch")
+        a, b = w.project("A", a_dir), w.project("B", b_dir)
+        env = plugin.store.HermesEnv.current()
+        consent = plugin.semantic.consent
+        record = consent.consent_record(env.settings.embedding, env.profile, [a], "2026-11-29T12:00:00")
+        consent.write_consent(env, record)
+        expiry = w.session(a_dir, [("user", "The login session expires after five minutes of inactivity")])
+        in_b = w.session(b_dir, [("user", "authentication timeout handling in the B service")])
+        at_home = w.session(home_dir, [("user", "authentication timeout notes kept at Home")])
+        current = w.session(a_dir, [("user", "hi")])
+        server.reset()
+        found = search_all(w, current, query="authentication timeout", mode="hybrid")
+        texts = [
+            text
+            for body in server.bodies
+            if body.get("input_type") != "query"
+            for text in (body["input"] if isinstance(body["input"], list) else [body["input"]])
+        ]
+    assert found["semantic_status"] == "ready"
+    rows = {r["session_id"]: r for r in found["results"]}
+    assert session_ids(found)[0] == expiry and rows[expiry]["score_source"] == "semantic"
+    assert rows[expiry]["project"] == explicit(a, "A")
+    assert (rows[at_home]["project"], rows[in_b]["project"]) == (HOME, explicit(b, "B"))
+    assert session_ids(found)[1:] == [at_home, in_b]
+    assert rows[at_home]["score_source"] == rows[in_b]["score_source"] == "keyword"
+    assert any(note.startswith("Semantic search does not cover Home") for note in found["warnings"])
+    assert any(note.startswith("Semantic search does not cover project B") for note in found["warnings"])
+    assert texts and not any("B service" in t or "at Home" in t for t in texts)
