@@ -12,14 +12,16 @@ Every question of ``devsessions.py``'s home (``--locomo``: the LoCoMo home; keyw
 project (must be 0); ``unnamed``: ``all`` results without a ``project`` (must be 0); ``wrong_name``:
 results whose ``project`` is not the project their session was built in (must be 0); ``others``:
 results from other projects; ``found``: questions whose answer session is among the results, for
-the project scope and for ``all``. ``--dump``: the answers without ``scope``, to compare with
-another commit's (run this file from a checkout of it, with its own ``PHR_BENCH_CACHE``).
+the project scope and for ``all``. ``--dump``: the answers without ``scope``, the ids of this build of the
+home replaced by stable names, to compare with another commit's (run this file from a checkout of
+it, with its own ``PHR_BENCH_CACHE``, then ``cmp`` the two files).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +33,9 @@ import devsessions
 import locomo
 
 
-def devsessions_home(limit: int) -> tuple[list[Asked], dict[str, str]]:
-    """The transcripts home: its questions, and each session's project id."""
+def devsessions_home(limit: int) -> tuple[list[Asked], dict[str, str], dict[str, str]]:
+    """The transcripts home: its questions, each session's project id, and the names that stand for
+    the ids one build of the home gave (sessions, projects) in ``--dump``."""
     projects, questions = devsessions.load()
     if limit:
         questions = questions[:limit]
@@ -49,10 +52,15 @@ def devsessions_home(limit: int) -> tuple[list[Asked], dict[str, str]]:
         )
         for q in questions
     ]
-    return asked, {sid: project_of[t] for sid, t in built.sessions.items() if t in project_of}
+    names = {
+        **{sid: f"session:{t}" for sid, t in built.sessions.items()},
+        **{sid: f"fresh:{p}" for p, sid in built.fresh.items()},
+        **{pid: f"project:{p}" for p, pid in built.projects.items()},
+    }
+    return asked, {sid: project_of[t] for sid, t in built.sessions.items() if t in project_of}, names
 
 
-def locomo_home(limit: int) -> tuple[list[Asked], dict[str, str]]:
+def locomo_home(limit: int) -> tuple[list[Asked], dict[str, str], dict[str, str]]:
     """The LoCoMo home: a conversation is a project."""
     conversations = locomo.load()
     built = world.build_home("locomo")
@@ -68,9 +76,13 @@ def locomo_home(limit: int) -> tuple[list[Asked], dict[str, str]]:
         for conv in conversations
         for q in conv.questions
     ]
-    return asked[:limit] if limit else asked, {
-        sid: built.projects[conv] for sid, (conv, _) in built.sessions.items()
+    names = {
+        **{sid: f"session:{conv}/{n}" for sid, (conv, n) in built.sessions.items()},
+        **{sid: f"fresh:{conv}" for conv, sid in built.fresh.items()},
+        **{pid: f"project:{conv}" for conv, pid in built.projects.items()},
     }
+    project_of = {sid: built.projects[conv] for sid, (conv, _) in built.sessions.items()}
+    return asked[:limit] if limit else asked, project_of, names
 
 
 @dataclass
@@ -89,7 +101,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--locomo", action="store_true", help="the LoCoMo home instead")
     parser.add_argument("--dump", type=Path, help="write the answers without scope here (JSON)")
     args = parser.parse_args(argv)
-    questions, project_of = (locomo_home if args.locomo else devsessions_home)(args.limit_questions)
+    questions, project_of, names = (locomo_home if args.locomo else devsessions_home)(args.limit_questions)
     import model_tools
 
     tally = {"identical": 0, "misordered": 0, "unnamed": 0, "wrong_name": 0, "results": 0, "others": 0}
@@ -124,7 +136,9 @@ def main(argv: list[str] | None = None) -> dict:
         for name, result in (("project", project), ("all", every)):
             found[name] += bool(q.answers & {r["session_id"] for r in result["results"]})
     if args.dump:
-        args.dump.write_text(json.dumps(plains, ensure_ascii=False, indent=0), encoding="utf-8")
+        text = json.dumps(plains, ensure_ascii=False, indent=0)
+        ids = re.compile("|".join(map(re.escape, sorted(names, key=len, reverse=True))))
+        args.dump.write_text(ids.sub(lambda found: names[found.group()], text), encoding="utf-8")
     figures = {"questions": len(questions), **tally, "found": found}
     print(json.dumps(figures, indent=1))
     return figures
