@@ -576,6 +576,7 @@ def run_search(
     build_index: bool = True,
     started: float | None = None,
     window: tuple[float, float] | None = None,
+    every_project: bool = False,
 ) -> dict[str, Any]:
     """The tool's answer as a dict (spec §4.5, failure rows of spec §七): scope, then the question
     read once, both paths, ranking, and the answer's shape.
@@ -584,6 +585,7 @@ def run_search(
     index and starts no indexing that the exiting process would abandon. ``started``
     (``time.monotonic()``): when the caller began, so that the budget covers the whole call.
     ``window``: the (start, end) timestamps of ``since`` / ``until`` (``fulltext.query.time_window``).
+    ``every_project`` (``scope: all``, issue 32): :func:`search_tiers` instead of one scope.
     """
     started = time.monotonic() if started is None else started
     env = HermesEnv.current()
@@ -598,7 +600,11 @@ def run_search(
         return answer_busy(mode)
     try:
         with db:
-            scope = ProjectMap(db, process.projects).resolve_scope(session_id, fallback_cwd)
+            projects = ProjectMap(db, process.projects)
+            scope = projects.resolve_scope(session_id, fallback_cwd)
+            if every_project:
+                tiers = projects.tiers(scope)
+                return search_tiers(process, env, db, tiers, query, mode, limit, build_index, started, window)
             early = answer_without_search(scope)
             if early is not None:
                 return early
@@ -618,3 +624,83 @@ def answer_busy(mode: str) -> dict[str, Any]:
     """Another connection held state.db locked until the keyword deadline: nothing could be read
     in time. Not a failure: the agent can try again (issue 31)."""
     return {"success": True, "mode": mode, "results": [], "message": STATE_BUSY, "warnings": [STATE_BUSY]}
+
+
+NOTHING_ANYWHERE = "No matching messages in any project's other sessions, nor in Home's"
+
+
+def tier_fell_back(answer: Mapping[str, Any], mode: str) -> bool:
+    """Did semantic search leave this tier's results to keyword alone (no consent, no index)?"""
+    return mode != "keyword" and bool(answer.get("results")) and answer.get("semantic_status") != "ready"
+
+
+def search_tiers(
+    process: ProcessState,
+    env: HermesEnv,
+    db: HermesDB,
+    tiers: Sequence[Scope],
+    query: str,
+    mode: str,
+    limit: int,
+    build_index: bool,
+    started: float,
+    window: tuple[float, float] | None,
+) -> dict[str, Any]:
+    """``scope: all`` (issue 32): the one-scope search (:class:`_Search`'s steps, unchanged) run
+    over each tier of :meth:`projects.ProjectMap.tiers` in turn, its results appended in that order
+    until ``limit``, each naming its project. Every tier has the same relevance floor. Only the
+    first tier may start indexing (``build_index``); the others search what their consented index
+    holds, or by keyword, and the answer says so in ``warnings``. The top level is the first
+    tier's (its project, consent request and counts): where the agent is."""
+    first = tiers[0]
+    answer: dict[str, Any] = {
+        "success": True,
+        "mode": mode,
+        "scope": "all",
+        "project": first.identity,
+        "results": [],
+        "sessions_in_scope": first.sessions_in_scope,
+        **_completeness(first),
+    }
+    results: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    for number, tier in enumerate(tiers):
+        if len(results) >= limit:
+            break
+        if not tier.session_ids:
+            continue
+        search = _Search(process, env, db, tier, build_index and number == 0, started, window)
+        question = search.understand(query, mode, limit - len(results))
+        found = search.retrieve(question)
+        ranked, below_floor = search.rank(question, found)
+        tier_answer = search.explain(search.shape(question, found, ranked), question, found, below_floor)
+        if number == 0:
+            for key in ("semantic_status", "semantic_coverage", "semantic_error", "semantic_consent"):
+                if key in tier_answer:
+                    answer[key] = tier_answer[key]
+            if tier_answer.get("semantic_fallback") and tier_answer["results"]:
+                answer["semantic_fallback"] = tier_answer["semantic_fallback"]
+        elif tier_fell_back(tier_answer, mode):
+            warnings.append(
+                f"Semantic search does not cover {_tier_name(tier.identity)} "
+                f"({tier_answer.get('semantic_status')}): its results are keyword results"
+            )
+        warnings.extend(w for w in tier_answer.get("warnings", ()) if w not in warnings)
+        for row in tier_answer["results"]:
+            results.append({**row, "project": tier.identity})
+    answer["results"] = results[:limit]
+    if results:
+        answer["notice"] = QUOTED_HISTORY
+    else:
+        answer["message"] = NOTHING_ANYWHERE
+    if warnings:
+        answer["warnings"] = warnings
+    return answer
+
+
+def _tier_name(identity: Mapping[str, Any]) -> str:
+    if identity.get("kind") == "explicit":
+        return f"project {clean_title(str(identity.get('name') or identity.get('id')))}"
+    if identity.get("kind") == "auto":
+        return f"repository {clean_title(str(identity.get('key')))}"
+    return "Home"

@@ -113,6 +113,11 @@ def setup_parser(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--session", metavar="ID", help="search as this conversation")
     search.add_argument("--since", metavar="WHEN", help="from a date (2026-11-20) or a span ago (7d, 2w)")
     search.add_argument("--until", metavar="WHEN", help="before a date (that day included) or a span ago")
+    search.add_argument(
+        "--all-projects",
+        action="store_true",
+        help="this project first, then Home's conversations, then other projects'",
+    )
     search.add_argument("--json", action="store_true", help="print the tool's JSON result")
 
 

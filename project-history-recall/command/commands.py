@@ -421,6 +421,7 @@ def search(process: ProcessState, args: argparse.Namespace) -> int:
         build_index=False,
         started=started,
         window=window,
+        every_project=args.all_projects,
     )
     if args.json:
         print(terminal_json(result))
@@ -488,6 +489,8 @@ def readable(result: dict[str, Any]) -> str:
                 lines.append(f"   {field}: {without_controls(hit[field])}")
         strength = f", relevance {hit['relevance']:.2f}" if hit.get("relevance") is not None else ""
         lines.append(f"   found by: {hit['score_source']}{strength}, message {hit['message_id']}")
+        if hit.get("project"):  # --all-projects: each result names its project
+            lines.append(f"   project: {label(hit['project'])}")
     consent = result.get("semantic_consent")
     if consent:
         lines.append(f"Semantic search needs consent: {consent['on_yes_run']}")

@@ -107,6 +107,9 @@ class Snapshot:
     #: (scope key, profile, current conversation) -> that scope's sessions and their conversations,
     #: made once per state of the sessions (a snapshot renewed for new messages keeps it)
     scopes: dict[tuple, dict[str, str]] = field(default_factory=dict)
+    #: visible sessions in no project (Home) -> conversation: searched only when asked for every
+    #: project (``scope: all``, issue 32), never part of a project's scope
+    home_members: dict[str, str] = field(default_factory=dict)
 
 
 class DataWatch:
@@ -390,6 +393,7 @@ class ProjectMap:
             members: dict[tuple[str, str], dict[str, str]] = {}
             chains: dict[str, list[str]] = {}
             pending: list[str] = []
+            home_members: dict[str, str] = {}
             for sid, cwd, root, visible, *_ in links:
                 conversation = roots[sid]
                 chains.setdefault(conversation, []).append(sid)
@@ -402,6 +406,8 @@ class ProjectMap:
                 project = key_of[pair]
                 if project is not None:
                     members.setdefault(project, {})[sid] = conversation
+                else:
+                    home_members[sid] = conversation
             own = self.db.env.profile
             home.snapshot = Snapshot(
                 token=token,
@@ -412,6 +418,7 @@ class ProjectMap:
                 pending=pending,
                 links=links,
                 profiles={link[0]: link[5] or own for link in links},
+                home_members=home_members,
             )
             return home.snapshot
 
@@ -457,13 +464,26 @@ class ProjectMap:
         # profile_name): the current conversation's profile is the scope's, as Hermes keeps one
         # database per profile otherwise.
         profile = snap.profiles.get(current["id"], self.db.env.profile)
+        return self._scope_in(snap, identity, current, profile, own, token)
+
+    def _scope_in(
+        self,
+        snap: Snapshot,
+        identity: dict[str, Any],
+        current: dict[str, Any],
+        profile: str,
+        own: str,
+        token: Inputs,
+    ) -> Scope:
+        """The scope of ``identity`` (Home's: the sessions in no project) for the conversation
+        ``own`` of ``profile``: that profile's sessions of it, the current chain and forgotten
+        conversations left out."""
         key = attribution.scope_key(identity)
         conversation_of = snap.scopes.get((key, profile, own))
         if conversation_of is None:
+            every = snap.home_members if key[0] == "home" else snap.members.get(key, {})
             conversation_of = {
-                sid: conversation
-                for sid, conversation in snap.members.get(key, {}).items()
-                if snap.profiles.get(sid) == profile
+                sid: conversation for sid, conversation in every.items() if snap.profiles.get(sid) == profile
             }
             for sid in snap.chains.get(own, ()):
                 conversation_of.pop(sid, None)
@@ -478,6 +498,25 @@ class ProjectMap:
             folders=self.folders_of(identity, token),
             data_token=token.state,
         )
+
+    def tiers(self, scope: Scope) -> list[Scope]:
+        """``scope: all``'s scopes in the order their results come (issue 32): the current
+        conversation's project (or, asked from Home, Home), then Home, then every other project,
+        each without the current conversation. Built from the same snapshot as
+        :meth:`resolve_scope`, so attribution stays decided here and in :mod:`attribution`."""
+        current = scope.current
+        with self.home.lock:
+            token = self._token()
+            snap = self.snapshot(token)
+        own = snap.roots.get(current.get("id") or "", current.get("id") or "")
+        profile = snap.profiles.get(current.get("id") or "", self.db.env.profile)
+        home = self._scope_in(snap, dict(attribution.HOME), current, profile, own, token)
+        tiers = [home] if scope.is_home else [scope, home]
+        first = attribution.scope_key(scope.identity)
+        for key, identity in snap.identities.items():
+            if key != first:
+                tiers.append(self._scope_in(snap, identity, current, profile, own, token))
+        return tiers
 
     def _remembered(self, conversation_of: dict[str, str]) -> dict[str, str]:
         """``conversation_of`` without the conversations the user asked to forget (``forget``):
