@@ -62,12 +62,18 @@ def setup(world, server):
 
 
 def found(world, query: str = "zebrafish deployment pipeline") -> dict[str, list[str]]:
-    """Session ids each mode returns, through the real dispatcher, from the current conversation."""
+    """Session ids each mode returns, through the real dispatcher, from the current conversation;
+    ``<mode>/all``: the same with ``scope: all`` (every project, Home too)."""
     results = {}
     for mode in MODES:
         result = world.search(world.now, query, mode=mode, limit=10)
         assert result["success"], result
         results[mode] = session_ids(result)
+        everywhere = world.call(
+            "project_history_search", {"query": query, "mode": mode, "limit": 10, "scope": "all"}, world.now
+        )
+        assert everywhere["success"], everywhere
+        results[f"{mode}/all"] = session_ids(everywhere)
     return results
 
 
@@ -102,8 +108,8 @@ def test_forget_hides_deletes_and_sends_nothing_then_undo_brings_it_back(setup, 
     assert done.returncode == 0, done.stderr
     assert stored_chunks(world, chain) > 0
     before = found(world)
-    for mode in MODES:  # the chain is findable before, in every mode
-        assert chain & set(before[mode]), (mode, before)
+    for key in before:  # the chain is findable before, in every mode and scope
+        assert chain & set(before[key]), (key, before)
     matrices = world.home / DATA / "matrix"
     assert matrices.is_dir() and any(matrices.iterdir())  # the semantic search wrote one
 
@@ -121,8 +127,8 @@ def test_forget_hides_deletes_and_sends_nothing_then_undo_brings_it_back(setup, 
     assert not [blob for blob in blobs if blob in files]  # not left in free pages or the WAL either
     assert not matrices.exists() or not any(matrices.iterdir())  # derived copies gone at once
     after = found(world)
-    for mode in MODES:
-        assert not chain & set(after[mode]), (mode, after)
+    for key in after:  # every mode, this project and every project
+        assert not chain & set(after[key]), (key, after)
     assert world.kept in after["keyword"]
     terminal = cli(world, "search", "zebrafish", "pipeline", "--mode", "keyword", "--json", cwd=world.alpha)
     assert terminal.returncode == 0, terminal.stderr
