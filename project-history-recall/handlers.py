@@ -220,23 +220,17 @@ def project_history_search(process: ProcessState, args: dict[str, Any], **kwargs
     try:
         from . import search
 
-        if scope == "all":
-            return _json(
-                search.run_search(
-                    process,
-                    query,
-                    mode,
-                    limit,
-                    session_id,
-                    agent_cwd(),
-                    started=started,
-                    window=window,
-                    every_project=True,
-                )
-            )
         return _json(
             search.run_search(
-                process, query, mode, limit, session_id, agent_cwd(), started=started, window=window
+                process,
+                query,
+                mode,
+                limit,
+                session_id,
+                agent_cwd(),
+                started=started,
+                window=window,
+                every_project=scope == "all",
             )
         )
     except Exception as error:  # the agent gets a clear error, never a traceback

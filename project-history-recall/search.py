@@ -489,6 +489,14 @@ class _Search:
             **_completeness(self.scope),
         }
 
+    def answer(self, query: str, mode: str, limit: int) -> dict[str, Any]:
+        """The search's steps in order: the question read once, both paths, the ranking, the
+        answer's shape and its words for the agent (one scope; ``search_tiers`` runs it per tier)."""
+        question = self.understand(query, mode, limit)
+        found = self.retrieve(question)
+        results, below_floor = self.rank(question, found)
+        return self.explain(self.shape(question, found, results), question, found, below_floor)
+
     def answer_windows(self, results: Sequence[Result]) -> dict[int, tuple[str, Any]]:
         """The reply (or question) beside each shown row, in one read of the shown rows only,
         within the keyword deadline. Stopped there, the results go without it: they are complete,
@@ -500,7 +508,7 @@ class _Search:
             with self.reader.deadline(self.keyword_deadline):
                 return self.reader.answer_windows(r.message.message_id for r in results)
         except sqlite3.OperationalError as error:
-            if not (self.reader.stopped(error) or is_busy(error)):
+            if not self.reader.stopped(error):  # a deadline or a lock (store.is_busy)
                 raise
             return {}
         finally:
@@ -608,16 +616,11 @@ def run_search(
             early = answer_without_search(scope)
             if early is not None:
                 return early
-            search = _Search(process, env, db, scope, build_index, started, window)
-            question = search.understand(query, mode, limit)
-            found = search.retrieve(question)
-            results, below_floor = search.rank(question, found)
-            result = search.shape(question, found, results)
+            return _Search(process, env, db, scope, build_index, started, window).answer(query, mode, limit)
     except sqlite3.OperationalError as error:
         if not is_busy(error):
             raise
         return answer_busy(mode)
-    return search.explain(result, question, found, below_floor)
 
 
 def answer_busy(mode: str) -> dict[str, Any]:
@@ -670,10 +673,7 @@ def search_tiers(
         if not tier.session_ids:
             continue
         search = _Search(process, env, db, tier, build_index and number == 0, started, window)
-        question = search.understand(query, mode, limit - len(results))
-        found = search.retrieve(question)
-        ranked, below_floor = search.rank(question, found)
-        tier_answer = search.explain(search.shape(question, found, ranked), question, found, below_floor)
+        tier_answer = search.answer(query, mode, limit - len(results))
         if number == 0:
             for key in ("semantic_status", "semantic_coverage", "semantic_error", "semantic_consent"):
                 if key in tier_answer:
