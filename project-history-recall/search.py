@@ -120,6 +120,7 @@ def shape_results(
     matched_text: Callable[[Result], str | None] | None = None,
     in_scope: Container[str] | None = None,
     windows: Mapping[int, tuple[str, Any]] | None = None,
+    activity: Mapping[int, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Spec §4.5 rows. A hit in a later part of a compressed conversation names the session that
     holds the message and, as ``parent_session_id``, the conversation's first session (the key
@@ -133,7 +134,9 @@ def shape_results(
     its own session. A user message's result carries ``reply`` (the assistant's words that closed
     its turn: the fix after the error), an assistant message's ``question`` (what it answered),
     cut to :data:`text.ANSWER_CHARS` around the query's words and cleaned and redacted as the
-    snippet is (issue 30.3; an extension of §4.5's row, docs/design.md)."""
+    snippet is (issue 30.3; an extension of §4.5's row, docs/design.md). ``activity``: of a
+    message credited with what the agent did or saw in its turn (issue 30.1), that tool call's or
+    tool output's text, shown as ``tool_activity`` in the same way."""
     shown = []
     for result in results:
         message = result.message
@@ -159,6 +162,9 @@ def shape_results(
             text = make_snippet(message_text(near[1]), needles, ANSWER_CHARS)
             if text:
                 row["reply" if near[0] == "assistant" else "question"] = text
+        seen = (activity or {}).get(message.message_id)
+        if seen:
+            row["tool_activity"] = make_snippet(message_text(seen), needles, ANSWER_CHARS)
         if parent:
             row["parent_session_id"] = parent
         shown.append(row)
@@ -457,7 +463,7 @@ class _Search:
             ]
         ids = {id_ for r in results for id_ in (r.message.session_id, r.message.conversation)}
         titles = self.db.titles(ids)
-        windows = self.answer_windows(results)
+        windows, activity = self.answer_windows(results, found.keyword.activity)
         framing = found.semantic.framing
 
         def matched(result: Result) -> str | None:
@@ -482,6 +488,7 @@ class _Search:
                 matched,
                 self.scope.conversation_of,
                 windows,
+                activity,
             ),
             "sessions_in_scope": self.scope.sessions_in_scope,
             "semantic_status": found.semantic.status,
@@ -497,20 +504,30 @@ class _Search:
         results, below_floor = self.rank(question, found)
         return self.explain(self.shape(question, found, results), question, found, below_floor)
 
-    def answer_windows(self, results: Sequence[Result]) -> dict[int, tuple[str, Any]]:
-        """The reply (or question) beside each shown row, in one read of the shown rows only,
-        within the keyword deadline. Stopped there, the results go without it: they are complete,
-        so the stop is not reported as a keyword search cut short."""
+    def answer_windows(
+        self, results: Sequence[Result], credited: Mapping[int, int]
+    ) -> tuple[dict[int, tuple[str, Any]], dict[int, str]]:
+        """The reply (or question) beside each shown row, and the text of the tool activity a shown
+        row was credited with (``credited``: ``KeywordSignals.activity``; a tool row's output, an
+        assistant row's calls), one read each for the shown rows only, within the keyword
+        deadline. Stopped there, the results go without them: they are complete, so the stop is
+        not reported as a keyword search cut short."""
         if not results:
-            return {}
+            return {}, {}
         stopped = self.reader.out_of_time, self.reader.locked_out
         try:
             with self.reader.deadline(self.keyword_deadline):
-                return self.reader.answer_windows(r.message.message_id for r in results)
+                windows = self.reader.answer_windows(r.message.message_id for r in results)
+                seen = {
+                    r.message.message_id: credited[r.message.message_id]
+                    for r in results
+                    if r.message.message_id in credited
+                }
+                return windows, self.reader.activity_texts(seen)
         except sqlite3.OperationalError as error:
             if not self.reader.stopped(error):  # a deadline or a lock (store.is_busy)
                 raise
-            return {}
+            return {}, {}
         finally:
             self.reader.out_of_time, self.reader.locked_out = stopped
 

@@ -87,8 +87,11 @@ def test_hermes_shaped_turn_shows_the_assistants_words_not_tool_rows_or_own_call
     assert session_ids(result) == [old]
     (hit,) = result["results"]
     assert hit["reply"] == words
+    # The terminal's output matched too: it is shown as what the agent saw (issue 30.1), the
+    # plugin's own answer never is.
+    assert hit["tool_activity"] == "TOOL OUTPUT: revision 3f2a adds email_verified"
     shown = json.dumps(result)
-    for absent in ("TOOL OUTPUT", "OWN RESULT", "alembic history", "OTHER PROJECT", other):
+    for absent in ("OWN RESULT", "alembic history", "OTHER PROJECT", other):
         assert absent not in shown
 
 

@@ -44,6 +44,9 @@ _SCOPE_SQL = "m.session_id IN (SELECT value FROM json_each(?))"
 # tool_calls, so an assistant row that only called a tool matches on the tool's name. (trim, not
 # length: SQLite's length stops at the NUL that starts a multimodal row.)
 _HAS_TEXT_SQL = "trim(m.content, char(32, 9, 10, 13)) != ''"
+# A row as a result could show it (user/assistant with text: 1), or what the agent did or saw (0).
+_SPOKEN_SQL = f"(m.role IN ('user', 'assistant') AND {_HAS_TEXT_SQL})"
+_ANY_ROW_SQL = "m.role IN ('user', 'assistant', 'tool')"
 
 
 @dataclass
@@ -310,6 +313,7 @@ class FullTextReader:
         enough_groups: int | None = None,
         per_session: int = PER_SESSION_SCAN,
         with_content: bool = True,
+        activity_per_session: int = 0,
     ) -> list[dict]:
         """Live user/assistant messages of the sessions in ``in_scope`` matching ``match``, best
         bm25 first.
@@ -335,18 +339,39 @@ class FullTextReader:
         read later can rank above them. Contents are read for the kept rows only (``with_content``).
         Messages without text never match; ``tool_meta`` says that the row also has tool-call
         columns, which the FTS tables index with its text (:meth:`tool_texts`).
+
+        ``activity_per_session``: also keep up to that many matching rows per session of what the
+        agent did and saw (``tool`` rows, assistant rows with only ``tool_calls``), marked
+        ``activity``; they count towards no limit and are never results themselves: retrieval
+        credits them to the message that opened their turn (:meth:`turn_openers`; issue 30.1).
         """
         match = self._text_match(table, match)
         members = self.scope_members(in_scope)
         cursor = self.conn.cursor()
         cursor.row_factory = None
         kept: list[dict[str, Any]] = []
+        activity: list[dict[str, Any]] = []
         taken: dict[str, int] = {}
+        seen_activity: dict[str, int] = {}
         groups: set[str] = set()
         try:
-            for message_id, session_id, role, timestamp, rank, tool_meta in self._ranked(
-                cursor, table, match, in_scope, members, lambda: scan_limit - len(kept)
+            for message_id, session_id, role, timestamp, rank, tool_meta, spoken in self._ranked(
+                cursor,
+                table,
+                match,
+                in_scope,
+                members,
+                lambda: scan_limit - len(kept),
+                activity_per_session > 0,
             ):
+                if not spoken:
+                    if seen_activity.get(session_id, 0) < activity_per_session:
+                        seen_activity[session_id] = seen_activity.get(session_id, 0) + 1
+                        activity.append(
+                            {"message_id": message_id, "session_id": session_id, "role": role, "rank": rank}
+                            | {"timestamp": timestamp, "tool_meta": True, "activity": True}
+                        )
+                    continue
                 if taken.get(session_id, 0) >= per_session:
                     continue
                 taken[session_id] = taken.get(session_id, 0) + 1
@@ -365,7 +390,7 @@ class FullTextReader:
                     break
         finally:
             cursor.close()
-        return self._with_content(kept) if with_content else kept
+        return (self._with_content(kept) if with_content else kept) + activity
 
     def _text_match(self, table: str, match: str) -> str:
         """``match`` limited to the message text: upstream's ``messages_fts`` also indexes tool
@@ -396,14 +421,16 @@ class FullTextReader:
         in_scope: Mapping[str, str],
         members: ScopeIds | None,
         wanted: Callable[[], int],
-    ) -> Iterator[tuple[int, str, str, Any, float, int]]:
-        """(id, session, role, timestamp, rank, tool_meta) of the live in-scope matches with text,
-        best first; ``wanted()``: how many more rows the reader would keep now (a block is read
-        no larger, and no smaller than the first)."""
+        activity: bool = False,
+    ) -> Iterator[tuple[int, str, str, Any, float, int, int]]:
+        """(id, session, role, timestamp, rank, tool_meta, spoken) of the live in-scope matches
+        with text (``spoken`` 1), and with ``activity`` also of its tool rows and assistant rows
+        without text (``spoken`` 0), best first; ``wanted()``: how many more rows the reader would
+        keep now (a block is read no larger, and no smaller than the first)."""
         if members is None:
-            columns = f"m.id, m.session_id, m.role, m.timestamp, f.rank, {self._tool_meta_sql}"
+            columns = f"m.id, m.session_id, m.role, m.timestamp, f.rank, {self._tool_meta_sql}, {_SPOKEN_SQL}"
             yield from cursor.execute(
-                self._joined_matches_sql(table, columns) + " ORDER BY f.rank, m.id",
+                self._joined_matches_sql(table, columns, activity) + " ORDER BY f.rank, m.id",
                 (match, json.dumps(list(in_scope))),
             )
             return
@@ -418,22 +445,23 @@ class FullTextReader:
             block = cursor.fetchmany(size)
             if not block:
                 return
-            live = self._live_conversational([message_id for message_id, _ in block])
+            live = self._live_conversational([message_id for message_id, _ in block], activity)
             for message_id, rank in block:
                 found = live.get(message_id)
                 if found is not None and found[0] in in_scope:  # else rewound since, or not ours
-                    session_id, role, timestamp, tool_meta = found
-                    yield (message_id, session_id, role, timestamp, rank, tool_meta)
+                    session_id, role, timestamp, tool_meta, spoken = found
+                    yield (message_id, session_id, role, timestamp, rank, tool_meta, spoken)
 
-    def _joined_matches_sql(self, table: str, columns: str) -> str:
+    def _joined_matches_sql(self, table: str, columns: str, activity: bool = False) -> str:
         """``columns`` of every match of a ``MATCH ?`` joined to its live user/assistant message with
-        text in the sessions of a JSON list (``?``): the plan for a scope whose ids this process
-        does not hold (``CROSS JOIN`` keeps the FTS table outer: driven from the scope's sessions,
-        SQLite would re-run the MATCH per message)."""
+        text (``activity``: or its live tool row, or assistant row without text) in the sessions of
+        a JSON list (``?``): the plan for a scope whose ids this process does not hold (``CROSS
+        JOIN`` keeps the FTS table outer: driven from the scope's sessions, SQLite would re-run the
+        MATCH per message)."""
+        rows = _ANY_ROW_SQL if activity else f"m.role IN ('user', 'assistant') AND {_HAS_TEXT_SQL}"
         return (
             f"SELECT {columns} FROM {table} f CROSS JOIN messages m ON m.id = f.rowid "
-            f"WHERE {table} MATCH ? AND m.role IN ('user', 'assistant') "
-            f"AND {self.schema.live_message_sql} AND {_HAS_TEXT_SQL} AND {_SCOPE_SQL}"
+            f"WHERE {table} MATCH ? AND {rows} AND {self.schema.live_message_sql} AND {_SCOPE_SQL}"
         )
 
     @property
@@ -446,16 +474,68 @@ class FullTextReader:
         checks = [f"m.{c} IS NOT NULL" for c in columns] + ["(m.content >= char(0) AND m.content < char(1))"]
         return "(" + " OR ".join(checks) + ")"
 
-    def _live_conversational(self, message_ids: Sequence[int]) -> dict[int, tuple[str, str, Any, int]]:
-        """(session, role, timestamp, tool_meta) of those of these messages that are live
-        user/assistant rows with text."""
-        rows = self.conn.execute(
-            f"SELECT m.id, m.session_id, m.role, m.timestamp, {self._tool_meta_sql} FROM messages m "
-            "WHERE m.id IN (SELECT value FROM json_each(?)) "
-            f"AND m.role IN ('user', 'assistant') AND {self.schema.live_message_sql} AND {_HAS_TEXT_SQL}",
+    def _live_conversational(
+        self, message_ids: Sequence[int], activity: bool = False
+    ) -> dict[int, tuple[str, str, Any, int, int]]:
+        """(session, role, timestamp, tool_meta, spoken) of those of these messages that are live
+        user/assistant rows with text (``spoken`` 1), and with ``activity`` also live tool rows
+        and assistant rows without text (``spoken`` 0)."""
+        rows = _ANY_ROW_SQL if activity else f"m.role IN ('user', 'assistant') AND {_HAS_TEXT_SQL}"
+        found = self.conn.execute(
+            f"SELECT m.id, m.session_id, m.role, m.timestamp, {self._tool_meta_sql}, {_SPOKEN_SQL} "
+            f"FROM messages m WHERE m.id IN (SELECT value FROM json_each(?)) AND {rows} "
+            f"AND {self.schema.live_message_sql}",
             (json.dumps(list(message_ids)),),
         ).fetchall()
-        return {row[0]: (row[1], row[2], row[3], row[4]) for row in rows}
+        return {row[0]: (row[1], row[2], row[3], row[4], row[5]) for row in found}
+
+    def turn_openers(
+        self, message_ids: Iterable[int], own_tools: Sequence[str]
+    ) -> dict[int, tuple[int, Any]]:
+        """For each of these rows of what the agent did or saw (a ``tool`` row, an assistant row's
+        ``tool_calls``), the live user message with text that opened its turn: row id -> (that
+        message's id, its timestamp). Rows of ``own_tools`` (the plugin's own calls, named or
+        answering a call of one, and assistant rows calling one) have none: the plugin's own
+        calls and results are never evidence (spec 19.4)."""
+        ids = list(dict.fromkeys(message_ids))
+        if not ids:
+            return {}
+        columns = self.schema.message_columns
+        own: list[str] = []
+        named: dict[str, Any] = {f"own{i}": tool for i, tool in enumerate(own_tools)}
+        names = ", ".join(f":{key}" for key in named) or "NULL"
+        if "tool_name" in columns:
+            own.append(f"COALESCE(t.tool_name, '') IN ({names})")
+        calls = " OR ".join(f"instr({{calls}}, :{key}) > 0" for key in named) or "0"
+        if "tool_calls" in columns:
+            own.append("(" + calls.format(calls="COALESCE(t.tool_calls, '')") + ")")
+            if "tool_call_id" in columns:  # a tool row without its name answers a call of an own tool
+                own.append(
+                    "(t.role = 'tool' AND t.tool_call_id IS NOT NULL AND EXISTS (SELECT 1 FROM messages a "
+                    "WHERE a.session_id = t.session_id AND a.role = 'assistant' AND a.id < t.id "
+                    "AND instr(COALESCE(a.tool_calls, ''), t.tool_call_id) > 0 AND ("
+                    + calls.format(calls="COALESCE(a.tool_calls, '')")
+                    + ")))"
+                )
+        not_own = f"NOT ({' OR '.join(own)})" if own else "1"
+        named["ids"] = json.dumps(ids)
+        rows = self.conn.execute(
+            f"""
+            WITH opened AS (
+                SELECT t.id AS id, (
+                    SELECT m.id FROM messages m WHERE m.session_id = t.session_id AND m.id < t.id
+                      AND m.role = 'user' AND {self.schema.live_message_sql} AND {_HAS_TEXT_SQL}
+                    ORDER BY m.id DESC LIMIT 1
+                ) AS opener
+                FROM json_each(:ids) AS wanted CROSS JOIN messages t ON t.id = wanted.value
+                WHERE {not_own}
+            )
+            SELECT opened.id, opened.opener, m.timestamp
+            FROM opened CROSS JOIN messages m ON m.id = opened.opener
+            """,
+            named,
+        ).fetchall()
+        return {row[0]: (row[1], row[2]) for row in rows}
 
     def tool_texts(self, message_ids: Iterable[int]) -> dict[int, tuple[str, str]]:
         """(text, tool-call text) of these messages: what the FTS tables index besides the text."""
@@ -466,6 +546,20 @@ class FullTextReader:
             (json.dumps(list(message_ids)),),
         ).fetchall()
         return {row[0]: (row[1] or "", row[2] or "") for row in rows}
+
+    def activity_texts(self, rows: Mapping[int, int]) -> dict[int, str]:
+        """``rows``: shown message -> a row of tool activity credited to it. The text of each such
+        row as the FTS tables matched it: a tool row's output, an assistant row's tool calls."""
+        if not rows or "tool_calls" not in self.schema.message_columns:
+            return {}
+        texts = dict(
+            self.conn.execute(
+                "SELECT m.id, CASE WHEN m.role = 'tool' THEN m.content ELSE m.tool_calls END FROM messages m "
+                "WHERE m.id IN (SELECT value FROM json_each(?))",
+                (json.dumps(list(set(rows.values()))),),
+            ).fetchall()
+        )
+        return {shown: texts[row] for shown, row in rows.items() if isinstance(texts.get(row), str)}
 
     def own_tool_results(self, session_ids: Iterable[str], tool: str, limit: int, chars: int) -> list[tuple]:
         """(session, text) of the ``tool`` rows (the plugin's own results) of these sessions: rows

@@ -13,6 +13,7 @@ import re
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 from ..ranking import KeywordHit, KeywordSignals, Message, RankingPolicy, TitleHit
@@ -201,21 +202,25 @@ def only_in_text(terms: Sequence[KeywordTerm], text: str, meta: str) -> float:
 
 def _checked(reader: FullTextReader, rows: list[dict[str, Any]], terms: Sequence[KeywordTerm]) -> list[dict]:
     """Rows whose match is in their text: a row that also carries tool-call columns keeps the
-    share of its bm25 that :func:`only_in_text` gives, and goes when that is 0."""
-    flagged = [row["message_id"] for row in rows if row.get("tool_meta")]
+    share of its bm25 that :func:`only_in_text` gives; when that is 0 its match is what the agent
+    did (its ``tool_calls``), marked ``activity`` as the tool rows :meth:`FullTextReader.fts_messages`
+    adds are. Activity rows pass as they are."""
+    flagged = [row["message_id"] for row in rows if row.get("tool_meta") and not row.get("activity")]
     if not flagged:
         return rows
     texts = reader.tool_texts(flagged)
     kept = []
     for row in rows:
-        if row.get("tool_meta"):
+        if row.get("tool_meta") and not row.get("activity"):
             text, meta = texts.get(row["message_id"], ("", ""))
             share = only_in_text(terms, message_text(text), meta)
-            if not share:
-                continue
-            row = {**row, "rank": row["rank"] * share}
+            row = {**row, "rank": row["rank"] * share} if share else {**row, "activity": True}
         kept.append(row)
     return kept
+
+
+#: The plugin's own tools: their calls and results are never evidence (spec 19.4).
+OWN_TOOLS = ("project_history_search", "project_session_move")
 
 
 def keyword_signals(
@@ -373,8 +378,10 @@ def question_hits(
     :attr:`KeywordTerm.code_joined`, is its own query, a ``code`` part) and a ``pairs`` part for
     the two-character CJK words its text contains; LIKE finds those words when nothing else
     matched, or, for the conversations not found yet, when too few matched. A match only in a
-    row's tool-call columns is no match (:func:`only_in_text`). An FTS error of any kind falls back
-    to LIKE: a search never fails because of its query.
+    row's tool-call columns (:func:`only_in_text`), or in a ``tool`` row, is what the agent did or
+    saw: with the policy's ``activity_weight`` it counts for the message that opened its turn
+    (:func:`_credit_activity`), else for nothing. An FTS error of any kind falls back to LIKE: a
+    search never fails because of its query.
 
     In a project of more than ``every_word_first_above`` conversations, when enough of them
     (``gather_conversations``) have a message holding every word of the question
@@ -405,6 +412,7 @@ def question_hits(
         return KeywordSignals(hits, "as_written")
     main: dict[int, _Found] = {}
     tiers = [main]
+    weigh_activity = policy.activity_weight > 0 and policy.activity_per_session > 0
 
     def conversations() -> set[str]:
         return {found.conversation for tier in tiers for found in tier.values()}
@@ -433,9 +441,15 @@ def question_hits(
     def like(texts: Sequence[str]) -> list[dict[str, Any]]:
         return reader.like_messages(list(texts), list(in_scope), False, policy.scan_limit)
 
-    def fts(table: str, match: str, terms: Sequence[KeywordTerm]) -> list[dict[str, Any]] | None:
+    activity: dict[int, dict[str, Any]] = {}  # what the agent did or saw, by row: its best pass
+
+    def fts(
+        table: str, match: str, terms: Sequence[KeywordTerm], with_activity: bool = False
+    ) -> list[dict[str, Any]] | None:
         """The best rows of ``match`` whose match is in their text; None when FTS5 refuses the
-        query (the deadline is raised)."""
+        query (the deadline is raised). ``with_activity``: the matching tool activity is kept
+        aside for :func:`_credit_activity` (a question's own terms only, not the passes that fill
+        the list)."""
         try:
             rows = reader.fts_messages(
                 table,
@@ -444,13 +458,22 @@ def question_hits(
                 policy.scan_limit,
                 per_session=policy.ranked_per_session,
                 with_content=False,
+                activity_per_session=policy.activity_per_session if with_activity and weigh_activity else 0,
             )
         except sqlite3.OperationalError as error:
             if reader.stopped(error):
                 raise
             logger.debug("FTS query %r failed (%s)", match, error)
             return None
-        return _checked(reader, rows, terms)
+        spoken = []
+        for row in _checked(reader, rows, terms):
+            if not row.get("activity"):
+                spoken.append(row)
+            elif with_activity and weigh_activity:
+                known = activity.get(row["message_id"])
+                if known is None or row["rank"] < known["rank"]:  # FTS5's rank: lower is better
+                    activity[row["message_id"]] = row
+        return spoken
 
     def search(
         table: str,
@@ -469,7 +492,8 @@ def question_hits(
         for group, kind in kinds:
             if not group:
                 continue
-            rows = fts(table, " OR ".join(t.fts for t in group), group) if usable else None
+            own_terms = tier is main and kind != "glued"
+            rows = fts(table, " OR ".join(t.fts for t in group), group, own_terms) if usable else None
             if rows is not None:
                 add(tier, rows, kind, new_only)
             else:  # LIKE: what FTS cannot read
@@ -481,10 +505,11 @@ def question_hits(
         large = len(set(in_scope.values())) > policy.every_word_first_above
         if match is None or not schema.fts_columns or not large:
             return False
-        add(main, fts("messages_fts", match, query.terms) or [], "bm25", False)
+        add(main, fts("messages_fts", match, query.terms, True) or [], "bm25", False)
         if len(conversations()) >= want:
             return True
         main.clear()  # too few: the OR passes below, as if this had not been asked
+        activity.clear()
         return False
 
     try:  # each step adds to the tiers; at the deadline the ranking keeps what they hold
@@ -516,8 +541,44 @@ def question_hits(
     except sqlite3.OperationalError as error:
         if not reader.stopped(error):
             raise
+    credited = _credit_activity(reader, activity, in_scope, main) if activity else {}
     hits = tuple(found.hit(number) for number, tier in enumerate(tiers) for found in tier.values())
-    return KeywordSignals(hits, "ranked")
+    return KeywordSignals(hits, "ranked", activity=MappingProxyType(credited))
+
+
+def _credit_activity(
+    reader: FullTextReader,
+    activity: Mapping[int, dict[str, Any]],
+    in_scope: Mapping[str, str],
+    main: dict[int, _Found],
+) -> dict[int, int]:
+    """What the agent did or saw is evidence for its conversation (issue 30.1): a Hermes turn keeps
+    the key written into a config in an assistant row's ``tool_calls`` and the error a test run
+    printed in a ``tool`` row, where the flat export kept them in the assistant's text. Such a
+    row is never a result (results are user/assistant messages, spec 19.4); its best bm25 goes,
+    as an ``activity`` part, to the user message that opened its turn
+    (:meth:`FullTextReader.turn_openers`, which leaves out the plugin's own calls and results),
+    whose result then carries the reply that followed. A turn's rows count once, by the best.
+    Returns each credited opener's best row (what its result shows)."""
+    try:
+        openers = reader.turn_openers(activity, OWN_TOOLS)
+    except sqlite3.Error as error:
+        if not (isinstance(error, sqlite3.OperationalError) and reader.stopped(error)):
+            logger.debug("reading the turns of tool activity failed", exc_info=True)
+        return {}
+    best: dict[int, tuple[float, int, dict[str, Any]]] = {}
+    for row_id, row in activity.items():
+        if row_id not in openers or row["session_id"] not in in_scope:
+            continue
+        opener, timestamp = openers[row_id]
+        value = -float(row["rank"])
+        if opener not in best or value > best[opener][0]:
+            shown = {"message_id": opener, "session_id": row["session_id"], "timestamp": timestamp}
+            best[opener] = (value, row_id, shown)
+    for opener, (value, _, row) in best.items():
+        found = main.setdefault(opener, _Found(row, in_scope[row["session_id"]]))
+        found.parts.append(("activity", value))
+    return {opener: row_id for opener, (_, row_id, _) in best.items()}
 
 
 def boolean_hits(
@@ -534,7 +595,8 @@ def boolean_hits(
     Latin terms search ``messages_fts``, then, when too few conversations match, the trigram table
     (words glued to CJK text); CJK terms use the trigram table when every term has three or more
     characters, else LIKE, with the operators kept (else "归属 NOT 项目" would mean AND). An FTS
-    error of any kind falls back to LIKE. A match only in a row's tool-call columns is no match.
+    error of any kind falls back to LIKE. A match only in a row's tool-call columns is no match: the
+    user's own operators read messages only.
     ``only_best``: only the best message of the first ``gather_conversations`` conversations
     matters, so FTS reading stops there.
     """
@@ -556,7 +618,7 @@ def boolean_hits(
             rows = reader.fts_messages(
                 table, plan.match_all(), in_scope, policy.scan_limit, enough_groups=enough_groups
             )
-            return _checked(reader, rows, checked_terms)
+            return [row for row in _checked(reader, rows, checked_terms) if not row.get("activity")]
         except sqlite3.OperationalError as error:
             if reader.stopped(error):
                 raise

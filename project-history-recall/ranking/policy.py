@@ -58,6 +58,11 @@ class RankingPolicy:
     #: Matching messages read per conversation: enough for its evidence to add up, few enough that
     #: one conversation repeating a word hundreds of times cannot hide the others (LoCoMo, transcripts).
     ranked_per_session: int = 20
+    #: What the agent did or saw (tool calls, tool output) weighs this much of a word match in its
+    #: turn's opening message (0: not evidence). Hermes-shaped transcripts, tune half.
+    activity_weight: float = 0.75
+    #: Matching tool rows read per session for that, beside the ``ranked_per_session`` messages.
+    activity_per_session: int = 3
     #: Conversations retrieval gathers before its fallback passes stop: the tool's largest
     #: ``limit``, so that the first results never depend on the ``limit`` asked for.
     gather_conversations: int = 10

@@ -170,7 +170,7 @@ def message_score(hit: KeywordHit, policy: RankingPolicy) -> float:
 def _bm25(hit: KeywordHit, policy: RankingPolicy, fill: bool = True) -> float | None:
     """The hit's bm25 evidence (its FTS passes, weighed; ``fill=False``: not the pass that fills
     the list, :data:`signals.PartKind` ``glued``); None when only LIKE found it."""
-    kinds = ("bm25", "code", "glued") if fill else ("bm25", "code")
+    kinds = ("bm25", "code", "glued", "activity") if fill else ("bm25", "code", "activity")
     total: float | None = None
     for kind, value in hit.parts:
         if kind in kinds:
@@ -183,6 +183,8 @@ def _weight(kind: str, policy: RankingPolicy) -> float:
         return policy.literal_weight
     if kind == "pairs":
         return policy.pair_boost
+    if kind == "activity":
+        return policy.activity_weight
     return 1.0
 
 

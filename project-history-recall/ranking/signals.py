@@ -19,8 +19,9 @@ from typing import Literal, NamedTuple
 #: the match in the message's text), ``code`` (the same for an identifier written as code),
 #: ``glued`` (the same for the question's Latin words read as substrings of the trigram table, a
 #: pass that fills the list when few conversations match), ``like`` (how many terms a LIKE scan
-#: found), ``pairs`` (two-character CJK words in its text).
-PartKind = Literal["bm25", "code", "glued", "like", "pairs"]
+#: found), ``pairs`` (two-character CJK words in its text), ``activity`` (the best bm25 of what the
+#: agent did or saw in the turn the message opened: its tool calls and tool output).
+PartKind = Literal["bm25", "code", "glued", "like", "pairs", "activity"]
 
 
 class Message(NamedTuple):
@@ -66,6 +67,9 @@ class KeywordSignals:
     kind: Literal["ranked", "boolean", "as_written"] = "ranked"
     #: Conversations whose title holds the question's terms (a question's ``ranked`` kind only).
     titles: tuple[TitleHit, ...] = ()
+    #: A turn's opening message -> the row of what the agent did or saw in that turn whose match
+    #: it was credited with (its ``activity`` part): the result shows that row's matching words.
+    activity: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
 
 
 class SemanticHit(NamedTuple):

@@ -107,6 +107,23 @@ def test_each_part_is_weighed_by_the_policy(ranking, r, policy):
     )
 
 
+def test_tool_activity_weighs_its_policy_share_of_a_word_match(ranking, r, policy):
+    """A turn's tool calls and output count for its opening message at ``activity_weight`` of a
+    word match, as evidence too; at 0 they count for nothing, and a message with words beats
+    one whose turn only saw the same bm25 in a tool row."""
+    seen = hit(ranking, "a", 1, ("activity", 4.0))
+    said = hit(ranking, "b", 2, ("bm25", 4.0))
+    assert r.message_score(seen, policy) == 4.0 * policy.activity_weight
+    assert 0 < policy.activity_weight < 1
+    order = r.keyword_order(ranking.KeywordSignals((seen, said)), policy)
+    assert ids(order) == ["b", "a"]
+    assert order[1].evidence == 4.0 * policy.activity_weight
+    off = replace(policy, activity_weight=0.0)
+    assert r.message_score(seen, off) == 0.0
+    both = hit(ranking, "c", 3, ("bm25", 1.0), ("activity", 4.0))
+    assert r.message_score(both, policy) == 1.0 + 4.0 * policy.activity_weight
+
+
 def test_a_fallback_tier_comes_after_the_questions_own_terms(ranking, r, policy):
     hits = (hit(ranking, "late", 1, ("bm25", 50.0), tier=1), hit(ranking, "own", 2, ("bm25", 1.0)))
     assert ids(r.keyword_order(ranking.KeywordSignals(hits), policy)) == ["own", "late"]
