@@ -254,6 +254,15 @@ def test_a_question_naming_what_this_project_never_mentions_gets_nothing(project
     # "CSV" is a name too, and this project has it.
     here = project.search(project.current, "When did we export the invoice CSV files?", mode="hybrid")
     assert session_ids(here)[0] == project.invoices
+    # A key the agent only read in a tool row ("QX_FLUSH_QUOTA" in a config's output) is this
+    # project's too (issue 30.1): hybrid does not call it another project's (in a project this
+    # small its one tool row is below the floor), and keyword mode finds the turn that read it.
+    read = project.session(project.repo, [("user", "look at the worker config")])
+    project.db.append_message(read, "tool", "QX_FLUSH_QUOTA=2", tool_name="read_file", tool_call_id="c1")
+    project.db.append_message(read, "assistant", "It is set in worker.env.")
+    question = "What did we set QX_FLUSH_QUOTA to?"
+    assert "never mention" not in project.search(project.current, question, mode="hybrid").get("message", "")
+    assert session_ids(project.search(project.current, question, mode="keyword"))[:1] == [read]
 
 
 def test_the_semantic_side_keeps_the_home_its_caller_pinned(project, plugin, server, tmp_path, monkeypatch):

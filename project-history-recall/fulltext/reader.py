@@ -716,17 +716,24 @@ class FullTextReader:
         return len(self.conversations_with(table, match, in_scope, at_least)) >= at_least
 
     def conversations_with(
-        self, table: str, match: str, in_scope: Mapping[str, str], enough: int, load: bool = True
+        self,
+        table: str,
+        match: str,
+        in_scope: Mapping[str, str],
+        enough: int,
+        load: bool = True,
+        activity: bool = False,
     ) -> frozenset[str]:
-        """The conversations of ``in_scope`` with a live user/assistant message matching ``match``,
-        read until ``enough`` are found (so all of them when fewer); as :meth:`in_conversations`
-        reads them, and kept with the scope in the same way. ``load=False``: a scope this process
-        has not loaded is not loaded for this (a rare phrase's matches are fewer than a large
-        scope's ids): its matches are joined to ``messages`` instead, and nothing is kept."""
+        """The conversations of ``in_scope`` with a live user/assistant message matching ``match``
+        (``activity``: or a live row of what the agent did or saw, a tool row or call), read until
+        ``enough`` are found (so all of them when fewer); as :meth:`in_conversations` reads them,
+        and kept with the scope in the same way. ``load=False``: a scope this process has not
+        loaded is not loaded for this (a rare phrase's matches are fewer than a large scope's
+        ids): its matches are joined to ``messages`` instead, and nothing is kept."""
         scope = self.scope_members(in_scope, load=load)
         if scope is None:
-            return self._conversations_joined(table, match, in_scope, enough)
-        key = (table, match, enough)
+            return self._conversations_joined(table, match, in_scope, enough, activity)
+        key = (table, match, enough, activity)
         answers = scope.answers_for(in_scope)
         known = answers.get(key)
         if known is not None:
@@ -744,7 +751,7 @@ class FullTextReader:
                     batch[conversation] = rows.pop(0)
 
         def check() -> None:
-            live = self._live_conversational(list(batch.values()))
+            live = self._live_conversational(list(batch.values()), activity)
             for conversation, message_id in batch.items():
                 if message_id in live:
                     counted.add(conversation)
@@ -782,7 +789,7 @@ class FullTextReader:
         return answer
 
     def _conversations_joined(
-        self, table: str, match: str, in_scope: Mapping[str, str], enough: int
+        self, table: str, match: str, in_scope: Mapping[str, str], enough: int, activity: bool = False
     ) -> frozenset[str]:
         """:meth:`conversations_with` for a scope not loaded: every match joined to ``messages``
         (the FTS table outer), read until ``enough`` conversations are found."""
@@ -791,7 +798,7 @@ class FullTextReader:
         cursor.row_factory = None
         try:
             cursor.execute(
-                self._joined_matches_sql(table, "m.session_id"),
+                self._joined_matches_sql(table, "m.session_id", activity),
                 (self._text_match(table, match), json.dumps(list(in_scope))),
             )
             for (session_id,) in cursor:

@@ -85,7 +85,9 @@ def absent_names(
     """Does the question name things (``query.named_things``) of which not one occurs in any
     conversation of the scope, in its messages or in the titles :func:`title_hits` reads? Then it
     is about another project, and semantic and hybrid search answer nothing
-    (``RankingPolicy.absent_names_answer_nothing``). One unranked FTS read per name that stops at
+    (``RankingPolicy.absent_names_answer_nothing``). A name the agent only saw or wrote (a key in
+    a tool row or call) is mentioned: it is evidence too (issue 30.1). One unranked FTS read per
+    name that stops at
     its first conversation (:meth:`FullTextReader.conversations_with`, kept with the scope), and
     one count over the titles; a name not judged in time counts as present."""
     if not names or not reader.schema.fts_columns:
@@ -93,7 +95,7 @@ def absent_names(
     for name in names:
         match = QueryPlan.word_match(Term(name))
         try:
-            if reader.conversations_with("messages_fts", match, in_scope, 1):
+            if reader.conversations_with("messages_fts", match, in_scope, 1, activity=True):
                 return False
         except sqlite3.OperationalError as error:
             if not reader.stopped(error):
