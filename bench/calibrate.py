@@ -8,9 +8,10 @@ Every LoCoMo question is asked in its own project and in the next one (off-topic
 through the plugin's own retrieval and ``ranking.rank`` (``replay.Replay``, which asks as
 ``run_search`` does); what the floor holds back is not shown. A result is right when its session
 is one of the question's gold sessions (off-topic: never). ``--fit`` fits the logistic model of
-``ranking.rank.relevance`` (Newton's method, a small L2 penalty) on the tune half's hybrid results
-and ranks again under it; the tables then show both halves, each mode: of results at >= 0.5 how
-many are right, of those below how many, and per tenth.
+``ranking.rank.relevance`` (Newton's method, a small L2 penalty) on the tune half's hybrid results,
+and keyword mode's own model on its keyword results, and ranks again under them; the tables
+then show both halves, each mode: of results at >= 0.5 how many are right, of those below how
+many, and per tenth.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ FIELDS = (
     "relevance_per_log_lead",
     "relevance_per_log_share_of_first",
 )
+#: Keyword mode's own model (``RankingPolicy.relevance_model``), fitted on its own results.
+KEYWORD_FIELDS = tuple(f"keyword_{name}" for name in FIELDS)
 
 
 def features(position: int, strengths: Sequence[float | None]) -> list[float]:
@@ -134,12 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         policy = rp.base
         if args.fit:
-            fitted = fit([r for r in shown(rp, "hybrid", policy) if r["split"] == "tune"])
-            print(
-                "fitted on the tune half, hybrid: "
-                + ", ".join(f"{f}={v}" for f, v in zip(FIELDS, fitted, strict=True))
-            )
-            policy = dataclasses.replace(policy, **dict(zip(FIELDS, fitted, strict=True)))
+            for mode, fields in (("hybrid", FIELDS), ("keyword", KEYWORD_FIELDS)):
+                fitted = fit([r for r in shown(rp, mode, policy) if r["split"] == "tune"])
+                print(
+                    f"fitted on the tune half, {mode}: "
+                    + ", ".join(f"{f}={v}" for f, v in zip(fields, fitted, strict=True))
+                )
+                policy = dataclasses.replace(policy, **dict(zip(fields, fitted, strict=True)))
         for mode in args.modes.split(","):
             rows = shown(rp, mode, policy)
             for split in ("tune", "check"):

@@ -171,6 +171,14 @@ class RankingPolicy:
     relevance_first: float = 2.15
     relevance_per_log_lead: float = 1.71
     relevance_per_log_share_of_first: float = 1.98
+    #: The same model fitted on keyword mode's own results (tune half): keyword mode has no floor
+    #: and no name check, so a question asked in the wrong project still shows word matches, and
+    #: the hybrid model read them as likely right.
+    keyword_relevance_intercept: float = -2.28
+    keyword_relevance_per_log_strength: float = 1.95
+    keyword_relevance_first: float = 1.54
+    keyword_relevance_per_log_lead: float = -0.13
+    keyword_relevance_per_log_share_of_first: float = 1.06
 
     #: Free-form notes of a variant (benchmarks name their variants with it); not read.
     label: str = field(default="default", compare=False)
@@ -187,6 +195,25 @@ class RankingPolicy:
             keyword_weight=embedding.keyword_weight,
             semantic_weight=embedding.semantic_weight,
             semantic_floor=floor,
+        )
+
+    def relevance_model(self, mode: str) -> tuple[float, float, float, float, float]:
+        """The relevance model's coefficients for a search in ``mode`` (intercept, per log strength,
+        first, per log lead, per log share of the first): keyword mode's own, else hybrid's."""
+        if mode == "keyword":
+            return (
+                self.keyword_relevance_intercept,
+                self.keyword_relevance_per_log_strength,
+                self.keyword_relevance_first,
+                self.keyword_relevance_per_log_lead,
+                self.keyword_relevance_per_log_share_of_first,
+            )
+        return (
+            self.relevance_intercept,
+            self.relevance_per_log_strength,
+            self.relevance_first,
+            self.relevance_per_log_lead,
+            self.relevance_per_log_share_of_first,
         )
 
     def evidence_needed(self, topical_terms: int | None) -> float:

@@ -120,7 +120,7 @@ def rank(
         for hit in picked
     ]
     for position, hit in enumerate(picked[:limit]):
-        judged = relevance(position, strengths, policy)
+        judged = relevance(position, strengths, policy, question.mode)
         shown = (
             judged
             if judged is not None
@@ -574,7 +574,9 @@ def match_strength(
 _WEAKEST = 1e-3
 
 
-def relevance(position: int, strengths: Sequence[float | None], policy: RankingPolicy) -> float | None:
+def relevance(
+    position: int, strengths: Sequence[float | None], policy: RankingPolicy, mode: str = "hybrid"
+) -> float | None:
     """The chance, 0 to 1, that the result at ``position`` is a conversation the question is about,
     as the agent and the user read it: of results at 0.5 or more, most are; of those below, few.
 
@@ -583,19 +585,21 @@ def relevance(position: int, strengths: Sequence[float | None], policy: RankingP
     first, and how it compares with the first: a first result far ahead of the second is likely
     right, one of several alike is not, and a later result is right mostly when it is as strong as
     the first. ``strengths``: of the ranking's first results in order (at least two when there
-    are). None when the result's strength cannot be judged."""
+    are); ``mode``: keyword mode has coefficients of its own (:meth:`RankingPolicy.relevance_model`).
+    None when the result's strength cannot be judged."""
     own = strengths[position]
     if own is None:
         return None
+    intercept, per_log_strength, first_bonus, per_log_lead, per_log_share = policy.relevance_model(mode)
     own = max(own, _WEAKEST)
     first = max(strengths[0] if strengths[0] is not None else own, _WEAKEST)
-    score = policy.relevance_intercept + policy.relevance_per_log_strength * math.log(own)
+    score = intercept + per_log_strength * math.log(own)
     if position == 0:
         second = strengths[1] if len(strengths) > 1 and strengths[1] is not None else _WEAKEST
         lead = own / max(second, _WEAKEST)
-        score += policy.relevance_first + policy.relevance_per_log_lead * math.log(lead)
+        score += first_bonus + per_log_lead * math.log(lead)
     else:
-        score += policy.relevance_per_log_share_of_first * math.log(own / first)
+        score += per_log_share * math.log(own / first)
     return round(1.0 / (1.0 + math.exp(-score)), 2)
 
 

@@ -296,6 +296,26 @@ def test_relevance_is_a_chance_that_grows_with_strength_and_lead(r, policy):
     assert all(0.0 <= v <= 1.0 for v in values if v is not None)
 
 
+def test_keyword_mode_has_a_relevance_model_of_its_own(r, policy):
+    """Keyword mode shows word matches without a floor, so the same strength is less likely right
+    there: its coefficients are its own, and switching them to hybrid's gives hybrid's figure."""
+    for strengths in ([3.0, 0.5], [1.0, 1.0], [8.0, 2.0]):
+        assert r.relevance(0, strengths, policy, "keyword") != r.relevance(0, strengths, policy, "hybrid")
+    assert r.relevance(0, [1.0, 1.0], policy, "keyword") < r.relevance(0, [1.0, 1.0], policy, "hybrid")
+    assert r.relevance(1, [3.0, 3.0], policy) == r.relevance(1, [3.0, 3.0], policy, "semantic")
+    same = replace(policy, **{f"keyword_{name}": getattr(policy, name) for name in RELEVANCE_FIELDS})
+    assert r.relevance(0, [3.0, 0.5], same, "keyword") == r.relevance(0, [3.0, 0.5], policy, "hybrid")
+
+
+RELEVANCE_FIELDS = (
+    "relevance_intercept",
+    "relevance_per_log_strength",
+    "relevance_first",
+    "relevance_per_log_lead",
+    "relevance_per_log_share_of_first",
+)
+
+
 def test_the_first_results_relevance_does_not_depend_on_limit(ranking, policy):
     hits = tuple(
         ranking.KeywordHit(message(ranking, c, i), (("bm25", score),))
