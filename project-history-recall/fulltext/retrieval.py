@@ -443,15 +443,19 @@ def question_hits(
     def like(texts: Sequence[str]) -> list[dict[str, Any]]:
         return reader.like_messages(list(texts), list(in_scope), False, policy.scan_limit)
 
-    activity: dict[int, dict[str, Any]] = {}  # what the agent did or saw, by row: its best pass
+    activity: dict[int, _Activity] = {}  # what the agent did or saw, by row: each pass's bm25
 
     def fts(
-        table: str, match: str, terms: Sequence[KeywordTerm], with_activity: bool = False
+        table: str,
+        match: str,
+        terms: Sequence[KeywordTerm],
+        with_activity: bool = False,
+        kind: PartKind = "bm25",
     ) -> list[dict[str, Any]] | None:
         """The best rows of ``match`` whose match is in their text; None when FTS5 refuses the
         query (the deadline is raised). ``with_activity``: the matching tool activity is kept
-        aside for :func:`_credit_activity` (a question's own terms only, not the passes that fill
-        the list)."""
+        aside for :func:`_credit_activity`, with the pass's ``kind`` (a question's own terms
+        only, not the passes that fill the list)."""
         try:
             rows = reader.fts_messages(
                 table,
@@ -472,9 +476,9 @@ def question_hits(
             if not row.get("activity"):
                 spoken.append(row)
             elif with_activity and weigh_activity:
-                known = activity.get(row["message_id"])
-                if known is None or row["rank"] < known["rank"]:  # FTS5's rank: lower is better
-                    activity[row["message_id"]] = row
+                seen = activity.setdefault(row["message_id"], _Activity(row))
+                part: PartKind = "activity_code" if kind == "code" else "activity"
+                seen.parts[part] = max(seen.parts.get(part, 0.0), -float(row["rank"]))
         return spoken
 
     def search(
@@ -495,7 +499,8 @@ def question_hits(
             if not group:
                 continue
             own_terms = tier is main and kind != "glued"
-            rows = fts(table, " OR ".join(t.fts for t in group), group, own_terms) if usable else None
+            match = " OR ".join(t.fts for t in group)
+            rows = fts(table, match, group, own_terms, kind) if usable else None
             if rows is not None:
                 add(tier, rows, kind, new_only)
             else:  # LIKE: what FTS cannot read
@@ -548,17 +553,26 @@ def question_hits(
     return KeywordSignals(hits, "ranked", activity=MappingProxyType(credited))
 
 
+@dataclass
+class _Activity:
+    """A row of what the agent did or saw while the passes read it: the row first seen, and each
+    pass's bm25 in it (``activity``: words; ``activity_code``: an identifier as written)."""
+
+    row: dict[str, Any]
+    parts: dict[PartKind, float] = field(default_factory=dict)
+
+
 def _credit_activity(
     reader: FullTextReader,
-    activity: Mapping[int, dict[str, Any]],
+    activity: Mapping[int, _Activity],
     in_scope: Mapping[str, str],
     main: dict[int, _Found],
 ) -> dict[int, int]:
     """What the agent did or saw is evidence for its conversation (issue 30.1): a Hermes turn keeps
     the key written into a config in an assistant row's ``tool_calls`` and the error a test run
     printed in a ``tool`` row, where the flat export kept them in the assistant's text. Such a
-    row is never a result (results are user/assistant messages, spec 19.4); its best bm25 goes,
-    as an ``activity`` part, to the user message that opened its turn
+    row is never a result (results are user/assistant messages, spec 19.4); what the passes found
+    in it goes, as ``activity`` parts, to the user message that opened its turn
     (:meth:`FullTextReader.turn_openers`, which leaves out the plugin's own calls and results),
     whose result then carries the reply that followed. A turn's rows count once, by the best.
     Returns each credited opener's best row (what its result shows)."""
@@ -568,18 +582,23 @@ def _credit_activity(
         if not (isinstance(error, sqlite3.OperationalError) and reader.stopped(error)):
             logger.debug("reading the turns of tool activity failed", exc_info=True)
         return {}
-    best: dict[int, tuple[float, int, dict[str, Any]]] = {}
-    for row_id, row in activity.items():
-        if row_id not in openers or row["session_id"] not in in_scope:
+    best: dict[int, tuple[float, int, _Activity]] = {}
+    for row_id, seen in activity.items():
+        if row_id not in openers or seen.row["session_id"] not in in_scope:
             continue
-        opener, timestamp = openers[row_id]
-        value = -float(row["rank"])
-        if opener not in best or value > best[opener][0]:
-            shown = {"message_id": opener, "session_id": row["session_id"], "timestamp": timestamp}
-            best[opener] = (value, row_id, shown)
-    for opener, (value, _, row) in best.items():
-        found = main.setdefault(opener, _Found(row, in_scope[row["session_id"]]))
-        found.parts.append(("activity", value))
+        opener = openers[row_id][0]
+        total = sum(seen.parts.values())
+        if opener not in best or total > best[opener][0]:
+            best[opener] = (total, row_id, seen)
+    for opener, (_, _, seen) in best.items():
+        session_id = seen.row["session_id"]
+        shown = {
+            "message_id": opener,
+            "session_id": session_id,
+            "timestamp": openers[seen.row["message_id"]][1],
+        }
+        found = main.setdefault(opener, _Found(shown, in_scope[session_id]))
+        found.parts.extend(seen.parts.items())
     return {opener: row_id for opener, (_, row_id, _) in best.items()}
 
 

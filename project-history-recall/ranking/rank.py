@@ -170,7 +170,8 @@ def message_score(hit: KeywordHit, policy: RankingPolicy) -> float:
 def _bm25(hit: KeywordHit, policy: RankingPolicy, fill: bool = True) -> float | None:
     """The hit's bm25 evidence (its FTS passes, weighed; ``fill=False``: not the pass that fills
     the list, :data:`signals.PartKind` ``glued``); None when only LIKE found it."""
-    kinds = ("bm25", "code", "glued", "activity") if fill else ("bm25", "code", "activity")
+    own = ("bm25", "code", "activity", "activity_code")
+    kinds = (*own, "glued") if fill else own
     total: float | None = None
     for kind, value in hit.parts:
         if kind in kinds:
@@ -185,6 +186,8 @@ def _weight(kind: str, policy: RankingPolicy) -> float:
         return policy.pair_boost
     if kind == "activity":
         return policy.activity_weight
+    if kind == "activity_code":
+        return policy.activity_weight * policy.literal_weight
     return 1.0
 
 

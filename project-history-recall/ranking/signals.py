@@ -19,9 +19,10 @@ from typing import Literal, NamedTuple
 #: the match in the message's text), ``code`` (the same for an identifier written as code),
 #: ``glued`` (the same for the question's Latin words read as substrings of the trigram table, a
 #: pass that fills the list when few conversations match), ``like`` (how many terms a LIKE scan
-#: found), ``pairs`` (two-character CJK words in its text), ``activity`` (the best bm25 of what the
-#: agent did or saw in the turn the message opened: its tool calls and tool output).
-PartKind = Literal["bm25", "code", "glued", "like", "pairs", "activity"]
+#: found), ``pairs`` (two-character CJK words in its text), ``activity`` and ``activity_code``
+#: (``bm25`` and ``code`` of what the agent did or saw in the turn the message opened: the best of
+#: its tool calls and tool output).
+PartKind = Literal["bm25", "code", "glued", "like", "pairs", "activity", "activity_code"]
 
 
 class Message(NamedTuple):
