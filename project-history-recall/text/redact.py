@@ -82,6 +82,7 @@ import base64
 import binascii
 import bisect
 import functools
+import importlib
 import json
 import math
 import re
@@ -89,7 +90,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
 
 PLACEHOLDER = "[redacted]"
@@ -605,12 +606,22 @@ _WORDS_JOINED = re.compile(r"[a-z]{2,}(?:[_-][a-z]{2,})+")
 _NOT_PREFIXES = ("eyJ", "AKIA", "ASIA")
 
 
+class _Runs(NamedTuple):
+    """What one pass over a text's maximal runs of ``[A-Za-z0-9_-]`` (twelve characters or more)
+    finds, for the rules that read tokens."""
+
+    starts: list[int]  # where the runs that start with a token prefix (a provider's, eyJ, AKIA) start
+    mixed: int  # how many others are twenty characters or more of mixed case and digits (base64)
+    longest: int  # the longest run's length (0 when none is twelve long): a secret needs one so long
+    glued: list[str]  # the runs (lowered) whose first two letters start one of gitleaks' keywords
+
+
 class _Scan:
     """One text's view, lowered view, prefix list, and what more than one rule reads (the long runs
     of token characters; the label matches), each found once."""
 
-    __slots__ = ("_labels", "_runs", "leak_runs", "low", "patterns", "view")
-    _runs: tuple[list[int], int] | None
+    __slots__ = ("_labels", "_runs", "low", "patterns", "view")
+    _runs: _Runs | None
 
     def __init__(self, view: str, patterns: tuple[str, ...]) -> None:
         self.view = view
@@ -620,29 +631,29 @@ class _Scan:
         self.low = low
         self.patterns = patterns
         self._runs = None
-        self.leak_runs: list[str] = []  # lowered runs that start with a gitleaks keyword
         self._labels: list[tuple[str, str, int, int]] | None = None
 
-    def runs(self) -> tuple[list[int], int]:
-        """Where the maximal runs of ``[A-Za-z0-9_-]`` (twelve characters or more) that start with a
-        token prefix (a provider's, ``eyJ``, ``AKIA``) start, and how many others are twenty
-        characters or more of mixed case and digits (pieces of base64)."""
+    def runs(self) -> _Runs:
+        """The text's long runs of token characters (:class:`_Runs`), read once."""
         if self._runs is None:
             starts: list[int] = []
-            mixed = 0
+            glued_runs: list[str] = []
+            mixed = longest = 0
             literals = _prefix_regex(self.patterns)[0]
             leaks = gitleaks_rules()
             glued = leaks.glued if leaks else {}
-            self.leak_runs = []
             for run in _RUN.finditer(self.view):
                 text = run.group()
+                size = len(text)
+                if size > longest:
+                    longest = size
                 if text.startswith(literals):
                     starts.append(run.start())
-                elif len(text) >= 20 and _mixed(text):
+                elif size >= 20 and _mixed(text):
                     mixed += 1
                 if text[:2].lower() in glued:
-                    self.leak_runs.append(text.lower())
-            self._runs = (starts, mixed)
+                    glued_runs.append(text.lower())
+            self._runs = _Runs(starts, mixed, longest, glued_runs)
         return self._runs
 
     def labels(self) -> list[tuple[str, str, int, int]]:
@@ -671,9 +682,14 @@ _B64_START = r"(?:(?<=\\n)|(?<![\\A-Za-z0-9+/=]))"
 # Lines above an END, on the reversed text: a line break (``\n``, ``\r\n`` or a written-out
 # ``\n``, reversed) then a whole line of base64.
 _B64_ABOVE_END_REVERSED = re.compile(r"(?:(?:\n\r?|n\\)[ \t]*[A-Za-z0-9+/=]{4,}[ \t]*(?=\n|n\\|\Z))+")
-_B64_RUN = re.compile(
-    rf"(?m)^(?:{_B64_LINE}\r?\n){{1,4096}}{_B64_LINE}$|{_B64_START}(?:[A-Za-z0-9+/]{{40,}}={{0,2}}\\n){{2,4096}}"
-)
+_B64_LINES = rf"(?m)^(?:{_B64_LINE}\r?\n){{1,4096}}{_B64_LINE}$"
+_B64_RUN = re.compile(rf"{_B64_LINES}|{_B64_START}(?:[A-Za-z0-9+/]{{40,}}={{0,2}}\\n){{2,4096}}")
+# The first branch alone, for a text in which the second cannot match: it finds the same runs,
+# and without the second's lookbehinds tried at every position it costs a sixth as much.
+_B64_LINES_RUN = re.compile(_B64_LINES)
+# What the second branch needs somewhere, on the reversed text: forty base64 characters before a
+# written-out ``\n`` (reversed, the search starts with a literal: fast).
+_B64_ESCAPED_LINE_REVERSED = re.compile(r"n\\={0,2}[A-Za-z0-9+/]{40}")
 _B64_KEY_LINE = re.compile(r"[A-Za-z0-9+/]{40,}")
 
 
@@ -733,8 +749,9 @@ def _armor(scan: _Scan, spans: Spans) -> None:
             previous = end.end()
     # No armour at all (the middle chunk of a long key): two lines or more of random base64. Looked
     # for only where two long runs of mixed letters and digits are.
-    if "\n" in view and scan.runs()[1] >= 2:
-        for run in _B64_RUN.finditer(view):
+    if "\n" in view and scan.runs().mixed >= 2:
+        escaped = "\\n" in view and _B64_ESCAPED_LINE_REVERSED.search(view[::-1])
+        for run in (_B64_RUN if escaped else _B64_LINES_RUN).finditer(view):
             lines = _B64_KEY_LINE.findall(run.group())
             line_before = view[view.rfind("\n", 0, max(0, run.start() - 1)) + 1 : run.start()]
             if any(key_type in line_before for key_type in _PUBLIC_KEY_TYPES):
@@ -764,7 +781,7 @@ def _prefix(scan: _Scan, spans: Spans) -> None:
     prefix that holds a character runs do not (``SG.``)."""
     view = scan.view
     literals, dotted, regex = _prefix_regex(scan.patterns)
-    starts = list(scan.runs()[0])
+    starts = list(scan.runs().starts)
     for literal in dotted:
         at = view.find(literal)
         while at >= 0:
@@ -794,7 +811,7 @@ _AWS_SECRET = re.compile(r"[A-Za-z0-9/+=]{40,}+")
 def _token(scan: _Scan, spans: Spans) -> None:
     view, low = scan.view, scan.low
     aws_id = False
-    for at in scan.runs()[0]:
+    for at in scan.runs().starts:
         if view.startswith("eyJ", at):
             jwt = _JWT.match(view, at)
             if jwt:
@@ -1045,13 +1062,14 @@ def _command(scan: _Scan, spans: Spans) -> None:
             _command_values([_AUTH_TUPLE.match(low, at)], view, spans)
     if "machine" in low:
         _command_values(_NETRC.finditer(low), view, spans)
-    if "AUTH " in view or "AUTH\t" in view:
+    if "AUTH" in view and ("AUTH " in view or "AUTH\t" in view):
         _command_values(_REDIS_AUTH.finditer(view), view, spans)
     if "pgpass" in low:
         _command_values(_PGPASS.finditer(low), view, spans)
-    if '"kty"' in view or "'kty'" in view:
+    if "kty" in view and ('"kty"' in view or "'kty'" in view):
         _command_values(_JWK_PRIVATE.finditer(view), view, spans)
-    if "seed" in low or "priv" in low or "secret" in low:
+    # A raw key is a run of 64 hex digits or more: most texts have none.
+    if scan.runs().longest >= 64 and ("seed" in low or "priv" in low or "secret" in low):
         _command_values(
             (m for m in _HEX_SEED.finditer(low) if not m.start() or low[m.start() - 1] not in _WORD_CHARS),
             view,
@@ -1089,10 +1107,11 @@ def _command_values(matches: Iterable[re.Match[str] | None], view: str, spans: S
 
 
 # Labels, matched on the lowered view: a label word, the rest of its identifier, a separator. Where
-# the identifier starts, what its words name, and the value are worked out in Python.
+# the identifier starts, what its words name, and the value are worked out in Python. The words
+# share their first characters in the pattern (``p(?:ass|wd)``): the same matches, fewer tries.
 _LABEL = re.compile(
-    r"(?:pass|pwd|secret|token|credential|key|auth|bearer|cookie"
-    r"|密码|口令|令牌|密钥|秘钥|私钥|密碼|金鑰|密鑰|パスワード|暗証番号|トークン|비밀번호|토큰)"
+    r"(?:p(?:ass|wd)|secret|token|c(?:redential|ookie)|key|auth|bearer"
+    r"|密(?:码|钥|碼|鑰)|口令|令牌|秘钥|私钥|金鑰|パスワード|暗証番号|トークン|비밀번호|토큰)"
     r"[a-z0-9_.\-]{0,48}+(?P<close>[\"'`*\]]{0,3}+)"
     r"(?:[ \t]*\[[^\]\n]{0,24}\])?"  # aws configure's "[None]"
     r"(?P<sep>[ \t]*(?::=|=>|:-|={1,3}|:)|[ \t]+is[ \t]+|[ \t]*(?:是|为|為|は))"
@@ -1308,6 +1327,7 @@ class _Leaks(NamedTuple):
     bounded: frozenset[str]  # keywords a rule's ``\\b`` must precede: found only after a non-word character
     allow: tuple[re.Pattern[str], ...]
     stopwords: tuple[str, ...]
+    needs: tuple[int, ...]  # per rule, the run of token characters each match holds (:func:`_run_needed`)
 
 
 def _core(keyword: str) -> str:
@@ -1351,9 +1371,74 @@ def gitleaks_rules() -> _Leaks | None:
             frozenset(bounded),
             tuple(re.compile(r, re.ASCII) for r in data["allow"]["regexes"]),
             tuple(data["allow"]["stopwords"]),
+            tuple(_run_needed(rule["regex"]) for rule in rules),
         )
     except Exception:
         return None
+
+
+def _run_needed(pattern: str) -> int:
+    """How long a run of token characters (``[A-Za-z0-9_-]``) every match of ``pattern`` holds, at
+    least: a rule whose secret is ``[a-f0-9]{32}`` cannot match a text whose runs are all shorter, and
+    is not read there. 0 when that is under twelve (the runs :class:`_Runs` sees start there) or
+    when the pattern cannot be read (``re._parser`` is Python's own parser, not a public API: then
+    every rule is read, as before).
+
+    A lower bound, read off the parsed pattern under ``re.ASCII`` (the flag rules compile with: no
+    Unicode case folding, ``\\w`` is ``[A-Za-z0-9_]``): characters of token sets side by side add up,
+    a repeat of one adds its minimum, zero-width assertions pass; a group, an alternation (its
+    shortest branch) or a repeat of a group counts on its own and ends the run around it."""
+    try:
+        parser = importlib.import_module("re._parser")  # at first use, with the rules
+        needed = _parsed_run(parser, parser.parse(pattern, re.ASCII))
+    except Exception:
+        return 0
+    return needed if needed >= 12 else 0
+
+
+def _parsed_run(parser: Any, items: Any) -> int:
+    """:func:`_run_needed` of a parsed sequence: the longest run it is sure to hold."""
+    best = current = 0
+    for op, arg in items:
+        if op in (parser.AT, parser.ASSERT, parser.ASSERT_NOT):
+            continue  # zero width: the characters either side stay side by side
+        if _token_char(parser, op, arg):
+            current += 1
+        elif op in (parser.MAX_REPEAT, parser.MIN_REPEAT, parser.POSSESSIVE_REPEAT):
+            least, _, body = arg
+            if len(body) == 1 and _token_char(parser, *body[0]):
+                current += least
+            else:
+                best = max(best, _parsed_run(parser, body) if least else 0)
+                current = 0
+        elif op is parser.SUBPATTERN:
+            best = max(best, _parsed_run(parser, arg[-1]))
+            current = 0
+        elif op is parser.BRANCH:
+            best = max(best, min(_parsed_run(parser, branch) for branch in arg[1]))
+            current = 0
+        else:
+            current = 0
+        best = max(best, current)
+    return best
+
+
+def _token_char(parser: Any, op: Any, arg: Any) -> bool:
+    """A parsed item that is one character, always a token character."""
+    if op is parser.LITERAL:
+        return chr(arg) in _TOKEN_CHARS
+    if op is not parser.IN:
+        return False
+    for kind, value in arg:
+        if kind is parser.LITERAL:
+            if chr(value) not in _TOKEN_CHARS:
+                return False
+        elif kind is parser.RANGE:
+            if not all(chr(c) in _TOKEN_CHARS for c in range(value[0], value[1] + 1)):
+                return False
+        elif kind is not parser.CATEGORY or value not in (parser.CATEGORY_DIGIT, parser.CATEGORY_WORD):
+            return False  # a negated set, a category of spaces...
+    return True
 
 
 @functools.cache
@@ -1414,20 +1499,23 @@ def _gitleaks(scan: _Scan, spans: Spans) -> None:
     if leaks is None:
         return
     view, low = scan.view, scan.low
+    runs = scan.runs()
     found = leaks.cores.intersection(low.encode("utf-8", "surrogatepass").translate(_NOT_ALNUM).split())
-    scan.runs()
-    if scan.leak_runs:
+    if runs.glued:
         found = found.union(
-            core.encode() for run in scan.leak_runs for core in leaks.glued[run[:2]] if run.startswith(core)
+            core.encode() for run in runs.glued for core in leaks.glued[run[:2]] if run.startswith(core)
         )
+    needs, longest = leaks.needs, runs.longest
+    indexes = {i for core in found for i in leaks.by_core[core] if needs[i] <= longest}
     bounded = leaks.bounded
-    indexes = {
-        i
-        for keyword, i in leaks.direct
-        if keyword in low and (keyword not in bounded or _occurrences(low, keyword, True, 1))
-    }
-    for core in found:
-        indexes.update(leaks.by_core[core])
+    for keyword, i in leaks.direct:
+        if (
+            i not in indexes
+            and needs[i] <= longest
+            and keyword in low
+            and (keyword not in bounded or _occurrences(low, keyword, True, 1))
+        ):
+            indexes.add(i)
     where: dict[str, list[int]] = {}
     for index in sorted(indexes):
         rule = leaks.rules[index]

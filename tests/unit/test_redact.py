@@ -430,3 +430,39 @@ def test_gitleaks_rules_stay_linear_on_hostile_text():
 )
 def test_go_patterns_are_translated_for_python(pattern, expected):
     assert RULES_BENCH.translate(pattern) == expected
+
+
+@pytest.mark.parametrize(
+    ("pattern", "needed"),
+    [
+        (r"\b(p8e-(?i:[a-z0-9]{32}))(?:[`'\"\s;]|$)", 32),
+        (r"(?i)(?:adobe)[ \t\w.-]{0,20}[=:]([a-f0-9]{32})", 32),
+        (r"\bshpat_[a-fA-F0-9]{32}\b", 38),  # the prefix and the secret side by side
+        (r"((?:hvs\.[\w-]{90,120}|s\.(?i:[a-z0-9]{24})))", 24),  # the shorter branch
+        (r"[a-z0-9=_\-]{32}", 0),  # "=" is no token character: no run is sure
+        (r"ops_eyJ[a-zA-Z0-9+/]{250,}", 0),
+        (r"[A-Z0-9]{6}-?[A-Z0-9]{5}", 0),  # eleven: under the twelve runs start at
+        (r"x{1,3}[0-9]{20}", 21),
+        (r"(?:ab){20}", 0),  # a repeated group counts on its own: 2
+        (r"(unclosed", 0),  # a pattern that does not parse: read everywhere
+    ],
+)
+def test_the_run_a_rule_needs_is_read_off_its_pattern(pattern, needed):
+    assert redact._run_needed(pattern) == needed
+
+
+def test_every_gitleaks_match_holds_the_run_its_rule_is_gated_on():
+    """A rule is skipped in a text whose runs of token characters are all shorter than the run its
+    pattern needs (:func:`redact._run_needed`): on every corpus text, each match of each rule holds
+    such a run, and most rules have one (else the parser changed and the gate is off)."""
+    leaks = redact.gitleaks_rules()
+    assert leaks is not None
+    assert sum(1 for needed in leaks.needs if needed) >= 150
+    checked = 0
+    for text in [entry.text for entry in CORPUS + UPSTREAM]:
+        for index, needed in enumerate(leaks.needs):
+            for match in redact._leak_regex(index).finditer(text):
+                runs = [len(run) for run in redact._RUN.findall(match.group())]
+                assert max(runs, default=0) >= needed, (leaks.rules[index]["id"], match.group())
+                checked += bool(needed)
+    assert checked >= 30
