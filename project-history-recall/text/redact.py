@@ -83,6 +83,7 @@ import binascii
 import bisect
 import functools
 import importlib
+import itertools
 import json
 import math
 import re
@@ -597,6 +598,16 @@ def _prefix_regex(patterns: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str
     return plain, dotted, regex
 
 
+@functools.cache
+def _prefix_heads(patterns: tuple[str, ...]) -> tuple[int, frozenset[str]]:
+    """The first characters (as many as the shortest has) of the literal prefixes looked for at the
+    start of runs: a run whose start is not one of them starts with none (one set lookup a run, not
+    a comparison with each of forty prefixes)."""
+    plain = _prefix_regex(patterns)[0]
+    size = min(len(literal) for literal in plain)
+    return size, frozenset(literal[:size] for literal in plain)
+
+
 # --------------------------------------------------------------------------- rules
 
 Spans = list[tuple[int, int]]
@@ -611,7 +622,8 @@ class _Runs(NamedTuple):
     finds, for the rules that read tokens."""
 
     starts: list[int]  # where the runs that start with a token prefix (a provider's, eyJ, AKIA) start
-    mixed: int  # how many others are twenty characters or more of mixed case and digits (base64)
+    mixed: int  # how many others are twenty characters or more of mixed case and digits (base64),
+    # counted up to two (the armor rule asks for two)
     longest: int  # the longest run's length (0 when none is twelve long): a secret needs one so long
     glued: list[str]  # the runs (lowered) whose first two letters start one of gitleaks' keywords
 
@@ -640,16 +652,18 @@ class _Scan:
             glued_runs: list[str] = []
             mixed = longest = 0
             literals = _prefix_regex(self.patterns)[0]
+            head, heads = _prefix_heads(self.patterns)
             leaks = gitleaks_rules()
             glued = leaks.glued if leaks else {}
-            for run in _RUN.finditer(self.view):
-                text = run.group()
+            first = _RUN_AT_START.match(self.view)
+            for run in itertools.chain((first,) if first else (), _RUN.finditer(self.view)):
+                text = run.group(1)
                 size = len(text)
                 if size > longest:
                     longest = size
-                if text.startswith(literals):
-                    starts.append(run.start())
-                elif size >= 20 and _mixed(text):
+                if text[:head] in heads and text.startswith(literals):
+                    starts.append(run.start(1))
+                elif mixed < 2 and size >= 20 and _mixed(text):
                     mixed += 1
                 if text[:2].lower() in glued:
                     glued_runs.append(text.lower())
@@ -671,7 +685,11 @@ class _Scan:
         return self._labels
 
 
-_RUN = re.compile(r"[A-Za-z0-9_-]{12,}")
+# A maximal run of token characters, twelve or more, found from the character before it (one at the
+# text's start is matched on its own): the search then tries a match at each character that is no
+# token's, not at each of a word's (a fifth less time than ``[A-Za-z0-9_-]{12,}``, the same runs).
+_RUN = re.compile(r"[^A-Za-z0-9_-]([A-Za-z0-9_-]{12,})")
+_RUN_AT_START = re.compile(r"([A-Za-z0-9_-]{12,})")
 
 _ARMOR_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}(?:PRIVATE|SECRET|ENCRYPTED)[A-Z0-9 ]{0,40}-----")
 _ARMOR_END = re.compile(r"-----END [A-Z0-9 ]{0,40}(?:PRIVATE|SECRET|ENCRYPTED)[A-Z0-9 ]{0,40}-----")
@@ -1328,6 +1346,7 @@ class _Leaks(NamedTuple):
     allow: tuple[re.Pattern[str], ...]
     stopwords: tuple[str, ...]
     needs: tuple[int, ...]  # per rule, the run of token characters each match holds (:func:`_run_needed`)
+    shared: tuple[str, ...]  # per rule of several keywords, a part all hold (``times``): one look for all
 
 
 def _core(keyword: str) -> str:
@@ -1372,9 +1391,28 @@ def gitleaks_rules() -> _Leaks | None:
             tuple(re.compile(r, re.ASCII) for r in data["allow"]["regexes"]),
             tuple(data["allow"]["stopwords"]),
             tuple(_run_needed(rule["regex"]) for rule in rules),
+            tuple(_shared_part(rule["keywords"]) for rule in rules),
         )
     except Exception:
         return None
+
+
+def _shared_part(keywords: list[str]) -> str:
+    """A part of three characters or more that each of several keywords holds, the longest, and
+    one outside the shortest first word if there is one (``new-york-times``, ``newyorktimes``,
+    ``nytimes``: ``times``, as ``new`` is what let the rule run); else "" (one keyword is looked for
+    as is). A text without it holds none of the keywords."""
+    if len(keywords) < 2:
+        return ""
+    shortest = min(keywords, key=len)
+    first_word = min((_core(keyword) for keyword in keywords), key=len)
+    parts = [
+        shortest[start : start + size]
+        for size in range(len(shortest), 2, -1)
+        for start in range(len(shortest) - size + 1)
+        if all(shortest[start : start + size] in keyword for keyword in keywords)
+    ]
+    return next((part for part in parts if part not in first_word), parts[0] if parts else "")
 
 
 def _run_needed(pattern: str) -> int:
@@ -1503,7 +1541,11 @@ def _gitleaks(scan: _Scan, spans: Spans) -> None:
     found = leaks.cores.intersection(low.encode("utf-8", "surrogatepass").translate(_NOT_ALNUM).split())
     if runs.glued:
         found = found.union(
-            core.encode() for run in runs.glued for core in leaks.glued[run[:2]] if run.startswith(core)
+            core.encode()
+            for run in runs.glued
+            if run.startswith(leaks.glued[run[:2]])
+            for core in leaks.glued[run[:2]]
+            if run.startswith(core)
         )
     needs, longest = leaks.needs, runs.longest
     indexes = {i for core in found for i in leaks.by_core[core] if needs[i] <= longest}
@@ -1512,6 +1554,7 @@ def _gitleaks(scan: _Scan, spans: Spans) -> None:
         if (
             i not in indexes
             and needs[i] <= longest
+            and keyword[-1] in low  # one character is looked for fast: "~" of "q~" is rare
             and keyword in low
             and (keyword not in bounded or _occurrences(low, keyword, True, 1))
         ):
@@ -1519,6 +1562,8 @@ def _gitleaks(scan: _Scan, spans: Spans) -> None:
     where: dict[str, list[int]] = {}
     for index in sorted(indexes):
         rule = leaks.rules[index]
+        if leaks.shared[index] and leaks.shared[index] not in low:
+            continue  # none of its keywords is there
         if len(view) <= _WHOLE_TEXT:  # short: the whole text, once a keyword is there
             if any(keyword in low for keyword in rule["keywords"]):
                 _leak_matches(leaks, index, view, 0, len(view), spans)
