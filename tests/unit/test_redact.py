@@ -467,3 +467,22 @@ def test_every_gitleaks_match_holds_the_run_its_rule_is_gated_on():
                 assert max(runs, default=0) >= needed, (leaks.rules[index]["id"], match.group())
                 checked += bool(needed)
     assert checked >= 30
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "run nmcli con add ... wifi-sec.psk hunter22 and ldapsearch -w x",
+        "ＰＡＳＳＷＯＲＤ：machine, über-pgpass ≠ kty (kty)\n密码 seed",
+        "x_mysqldump-login.curlwget",
+        "",
+    ],
+)
+def test_a_cue_is_found_in_the_words_as_in_the_text(text):
+    """``_Scan.has`` looks for a cue of letters and digits in the text's distinct words joined, any
+    other cue in the text: the answer is ``cue in low`` either way."""
+    scan = redact._Scan(redact._View(text).text, redact.prefix_patterns())
+    cues = ["nmcli", "psk", "hunter22", "ldap", "machine", "pgpass", "kty", "seed", "mysql", "login"]
+    cues += ["curlwget", "dumplogin", "redis-cli", "wifi-sec", "über", "密码", "absent", "22 and"]
+    for cue in cues:
+        assert scan.has(cue) == (cue in scan.low), cue
