@@ -650,14 +650,18 @@ class _Scan:
     def words(self) -> frozenset[bytes]:
         """The lowered text's words: maximal runs of ASCII letters and digits (split in C)."""
         if self._words is None:
-            self._words = frozenset(self.low.encode("utf-8", "surrogatepass").translate(_NOT_ALNUM).split())
+            self._words = frozenset(_split_words(self.low))
         return self._words
 
+    def long(self) -> bool:
+        """Long enough that its words are worth a set: a short text is looked through faster."""
+        return len(self.low) >= _JOINED_WORDS_FROM
+
     def has(self, cue: str) -> bool:
-        """``cue in self.low``. A cue of lower-case letters and digits lies inside one word, so it is
-        looked for in the distinct words joined by spaces (a third of a long text): one split
-        serves every such cue."""
-        if not _ALNUM_CUE.fullmatch(cue):
+        """``cue in self.low``. A cue of lower-case letters and digits lies inside one word, so in a
+        long text it is looked for in the distinct words joined by spaces (a third of the text): one
+        split serves every such cue."""
+        if not (self.long() and cue.isascii() and cue.isalnum() and cue.islower()):
             return cue in self.low
         if self._joined is None:
             self._joined = b" ".join(self.words())
@@ -708,7 +712,7 @@ class _Scan:
 # token's, not at each of a word's (a fifth less time than ``[A-Za-z0-9_-]{12,}``, the same runs).
 _RUN = re.compile(r"[^A-Za-z0-9_-]([A-Za-z0-9_-]{12,})")
 _RUN_AT_START = re.compile(r"([A-Za-z0-9_-]{12,})")
-_ALNUM_CUE = re.compile(r"[a-z0-9]+")
+_JOINED_WORDS_FROM = 2048  # characters: from this length cues are looked for in the joined words
 
 _ARMOR_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}(?:PRIVATE|SECRET|ENCRYPTED)[A-Z0-9 ]{0,40}-----")
 _ARMOR_END = re.compile(r"-----END [A-Z0-9 ]{0,40}(?:PRIVATE|SECRET|ENCRYPTED)[A-Z0-9 ]{0,40}-----")
@@ -1050,7 +1054,12 @@ _NAMED_VALUE = re.compile(r"[ \t]+(?P<v>[a-z0-9][a-z0-9_\-.+/=]{15,255})(?![a-z0
 # The words before a ``secret``/``key``/``token`` found by ``str.find`` (a regex scanning for the
 # whole cue costs ten times as much on a long text), ending where that word starts.
 _NAMED_TOKEN_HEAD = re.compile(r"(?:client|secret|api|access|auth|deploy|bearer)[_ -]?\Z")
-_NAMED_TOKEN_HEADS = (b"client", b"secret", b"api", b"access", b"auth", b"deploy", b"bearer")
+_NAMED_TOKEN_HEADS = frozenset((b"client", b"secret", b"api", b"access", b"auth", b"deploy", b"bearer"))
+# Each tail, and the words it makes joined to a head (``apikey``, ``clientsecret``).
+_NAMED_TOKEN_TAILS = tuple(
+    (tail, frozenset(head + tail.encode() for head in _NAMED_TOKEN_HEADS))
+    for tail in ("secret", "key", "token")
+)
 #: A JSON Web Key's private members (RFC 7518 section 6: an EC or OKP key's ``d``, an RSA key's
 #: ``d``/``p``/``q``/``dp``/``dq``/``qi``, a symmetric key's ``k``), in a text that says ``"kty"``.
 _JWK_PRIVATE = re.compile(
@@ -1113,12 +1122,11 @@ def _command(scan: _Scan, spans: Spans) -> None:
             view,
             spans,
         )
-    words = scan.words()
-    for tail in ("secret", "key", "token"):
+    words = scan.words() if scan.long() else None
+    heads = words is None or not words.isdisjoint(_NAMED_TOKEN_HEADS)
+    for tail, joined in _NAMED_TOKEN_TAILS:
         # The cue is a word before the tail, or one word with it (``api key``, ``apikey``).
-        if not (tail.encode() in words and not words.isdisjoint(_NAMED_TOKEN_HEADS)) and words.isdisjoint(
-            head + tail.encode() for head in _NAMED_TOKEN_HEADS
-        ):
+        if words is not None and not (heads and tail.encode() in words) and words.isdisjoint(joined):
             continue
         at = low.find(tail)
         while at >= 0:
@@ -1361,6 +1369,11 @@ GITLEAKS_FILE = Path(__file__).with_name("gitleaks_rules.json")
 _NOT_ALNUM = bytes(c if chr(c).isascii() and chr(c).isalnum() else 32 for c in range(256))
 
 
+def _split_words(low: str) -> list[bytes]:
+    """The words of a lowered text: maximal runs of ASCII letters and digits."""
+    return low.encode("utf-8", "surrogatepass").translate(_NOT_ALNUM).split()
+
+
 class _Leaks(NamedTuple):
     version: str
     rules: tuple[dict, ...]
@@ -1564,7 +1577,7 @@ def _gitleaks(scan: _Scan, spans: Spans) -> None:
         return
     view, low = scan.view, scan.low
     runs = scan.runs()
-    found = leaks.cores.intersection(scan.words())
+    found = leaks.cores.intersection(scan.words() if scan.long() else _split_words(low))
     if runs.glued:
         found = found.union(
             core.encode()

@@ -480,9 +480,11 @@ def test_every_gitleaks_match_holds_the_run_its_rule_is_gated_on():
 )
 def test_a_cue_is_found_in_the_words_as_in_the_text(text):
     """``_Scan.has`` looks for a cue of letters and digits in the text's distinct words joined, any
-    other cue in the text: the answer is ``cue in low`` either way."""
-    scan = redact._Scan(redact._View(text).text, redact.prefix_patterns())
+    other cue in the text, and in a short text every cue in the text: ``cue in low`` either way."""
     cues = ["nmcli", "psk", "hunter22", "ldap", "machine", "pgpass", "kty", "seed", "mysql", "login"]
-    cues += ["curlwget", "dumplogin", "redis-cli", "wifi-sec", "über", "密码", "absent", "22 and"]
-    for cue in cues:
-        assert scan.has(cue) == (cue in scan.low), cue
+    cues += ["curlwget", "dumplogin", "redis-cli", "wifi-sec", "über", "密码", "absent", "22 and", "p4x"]
+    for whole in (text, text + " lorem-ipsum_dolor.sit(amet)" * 80 + text):
+        scan = redact._Scan(redact._View(whole).text, redact.prefix_patterns())
+        assert scan.long() == (len(whole) >= 2048)
+        for cue in cues:
+            assert scan.has(cue) == (cue in scan.low), (cue, len(whole))
