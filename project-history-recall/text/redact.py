@@ -1386,6 +1386,7 @@ class _Leaks(NamedTuple):
     stopwords: tuple[str, ...]
     needs: tuple[int, ...]  # per rule, the run of token characters each match holds (:func:`_run_needed`)
     shared: tuple[str, ...]  # per rule of several keywords, a part all hold (``times``): one look for all
+    pieces: dict[str, str]  # keyword -> its longest part of letters and digits, three or more (``authress``)
 
 
 def _core(keyword: str) -> str:
@@ -1431,6 +1432,12 @@ def gitleaks_rules() -> _Leaks | None:
             tuple(data["allow"]["stopwords"]),
             tuple(_run_needed(rule["regex"]) for rule in rules),
             tuple(_shared_part(rule["keywords"]) for rule in rules),
+            {
+                keyword: max(pieces, key=len)
+                for rule in rules
+                for keyword in rule["keywords"]
+                if (pieces := [piece for piece in re.findall("[a-z0-9]+", keyword) if len(piece) >= 3])
+            },
         )
     except Exception:
         return None
@@ -1589,11 +1596,20 @@ def _gitleaks(scan: _Scan, spans: Spans) -> None:
     needs, longest = leaks.needs, runs.longest
     indexes = {i for core in found for i in leaks.by_core[core] if needs[i] <= longest}
     bounded = leaks.bounded
+    # In a long text a keyword is first looked for by its longest part of letters and digits, in the
+    # text's words (:meth:`_Scan.has`): absent there, it is absent from the text.
+    pieces = leaks.pieces if scan.long() else {}
+    words = scan.words() if scan.long() else frozenset()
     for keyword, i in leaks.direct:
         if (
             i not in indexes
             and needs[i] <= longest
             and keyword[-1] in low  # one character is looked for fast: "~" of "q~" is rare
+            and (keyword not in pieces or scan.has(pieces[keyword]))
+            # after a \b, a keyword's first letter (``s`` of ``s.``: its word is one letter) is a word
+            and not (
+                words and keyword in bounded and keyword[0].isalnum() and keyword[0].encode() not in words
+            )
             and keyword in low
             and (keyword not in bounded or _occurrences(low, keyword, True, 1))
         ):
@@ -1610,7 +1626,8 @@ def _gitleaks(scan: _Scan, spans: Spans) -> None:
         windows: list[tuple[int, int]] = []
         for keyword in rule["keywords"]:
             if keyword not in where:
-                where[keyword] = _occurrences(low, keyword, keyword in bounded)
+                absent = keyword in pieces and not scan.has(pieces[keyword])
+                where[keyword] = [] if absent else _occurrences(low, keyword, keyword in bounded)
             windows += [_lines_around(view, at) for at in where[keyword]]
         for start, end in _merged_windows(windows):
             _leak_matches(leaks, index, view, start, end, spans)
