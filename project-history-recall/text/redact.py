@@ -698,7 +698,8 @@ class _Scan:
         if self._labels is None:
             self._labels = []
             view = self.view
-            for match in _LABEL.finditer(self.low):
+            cjk = any(char in self.low for char in _LABEL_CJK_STARTS)
+            for match in (_LABEL if cjk else _LABEL_LATIN).finditer(self.low):
                 start = match.start()
                 while start > 0 and view[start - 1] in _KEY_CHARS and match.start() - start < 64:
                     start -= 1
@@ -1161,13 +1162,18 @@ def _command_values(matches: Iterable[re.Match[str] | None], view: str, spans: S
 # Labels, matched on the lowered view: a label word, the rest of its identifier, a separator. Where
 # the identifier starts, what its words name, and the value are worked out in Python. The words
 # share their first characters in the pattern (``p(?:ass|wd)``): the same matches, fewer tries.
-_LABEL = re.compile(
-    r"(?:p(?:ass|wd)|secret|token|c(?:redential|ookie)|key|auth|bearer"
-    r"|密(?:码|钥|碼|鑰)|口令|令牌|秘钥|私钥|金鑰|パスワード|暗証番号|トークン|비밀번호|토큰)"
+_LABEL_WORDS = r"p(?:ass|wd)|secret|token|c(?:redential|ookie)|key|auth|bearer"
+_LABEL_WORDS_CJK = r"密(?:码|钥|碼|鑰)|口令|令牌|秘钥|私钥|金鑰|パスワード|暗証番号|トークン|비밀번호|토큰"
+_LABEL_REST = (
     r"[a-z0-9_.\-]{0,48}+(?P<close>[\"'`*\]]{0,3}+)"
     r"(?:[ \t]*\[[^\]\n]{0,24}\])?"  # aws configure's "[None]"
     r"(?P<sep>[ \t]*(?::=|=>|:-|={1,3}|:)|[ \t]+is[ \t]+|[ \t]*(?:是|为|為|は))"
 )
+_LABEL = re.compile(f"(?:{_LABEL_WORDS}|{_LABEL_WORDS_CJK}){_LABEL_REST}")
+# The same without the CJK words, for a text that holds none of their first characters (one
+# character is looked for fast): the same matches, a third less time.
+_LABEL_LATIN = re.compile(f"(?:{_LABEL_WORDS}){_LABEL_REST}")
+_LABEL_CJK_STARTS = "密口令秘私金パ暗ト비토"
 _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 _KEY_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+|[^\x00-\x7f]+")
 # What a key names decides what its value must look like: a password (any value, to the end of the

@@ -488,3 +488,15 @@ def test_a_cue_is_found_in_the_words_as_in_the_text(text):
         assert scan.long() == (len(whole) >= 2048)
         for cue in cues:
             assert scan.has(cue) == (cue in scan.low), (cue, len(whole))
+
+
+def test_labels_without_cjk_words_read_as_with_them():
+    """A text with none of the CJK label words' first characters is read with the pattern that
+    lacks them: the same labels as the whole pattern finds."""
+    words = re.sub(r"\(\?:[^)]*\)", "", redact._LABEL_WORDS_CJK).split("|")
+    assert {word[0] for word in words} == set(redact._LABEL_CJK_STARTS)
+    texts = [entry.text for entry in CORPUS + UPSTREAM] + ["密码：hunter2 token: abc", "トークン=x pass: y"]
+    for text in texts:
+        scan = redact._Scan(redact._View(text).text, redact.prefix_patterns())
+        expected = [(m.end(), m.group("sep").strip()) for m in redact._LABEL.finditer(scan.low)]
+        assert [(at, sep) for _, sep, at, _ in scan.labels()] == expected, text
