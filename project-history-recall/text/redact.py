@@ -64,12 +64,14 @@ How a text is read:
   ``HERMES_REDACT_SECRETS``: only Hermes's list of patterns is borrowed, never its redactor.
 
 Standard library only; no module state but compiled patterns and constants (Hermes's list and
-gitleaks' rules are read once, through :func:`functools.cache`). With gitleaks' rules a message
-costs about 1.3 times what it did without them (bench/redaction.py). Cost of the others: two
-scans of every text (label words on the lowered text; runs of token characters for the
-prefixes) and a few substring checks; on the development transcripts (9,261 messages, 3,071
-characters on average) about 1.3 times the redaction they replaced (bench/redaction.py).
-detect-secrets (1.5, default plugins, line by line) is not used,
+gitleaks' rules are read once, through :func:`functools.cache`). What a text costs: a few scans
+of it (label words on the lowered text; runs of token characters; its words, split once, among
+which a long text's cues of letters and digits and gitleaks' keywords are looked for), then only
+the rules whose cues are there and whose secret could fit (a rule that needs a run of 32 token
+characters skips a text without one). The output never depends on those shortcuts: each skips
+only what cannot match. Figures: docs/benchmarks.md, "Redaction" (issue 31 asks for at most 1.2
+times 352b34c's redaction per keyword search). detect-secrets (1.5, default plugins, line by
+line) is not used,
 not even optionally: on the first 1,500 of those messages it took about 200 times as long per
 message and flagged 84% of them (its entropy and keyword detectors are meant for files with a
 baseline of accepted findings), and even counting any overlapping finding as a catch it missed
