@@ -64,12 +64,14 @@ How a text is read:
   ``HERMES_REDACT_SECRETS``: only Hermes's list of patterns is borrowed, never its redactor.
 
 Standard library only; no module state but compiled patterns and constants (Hermes's list and
-gitleaks' rules are read once, through :func:`functools.cache`). With gitleaks' rules a message
-costs about 1.3 times what it did without them (bench/redaction.py). Cost of the others: two
-scans of every text (label words on the lowered text; runs of token characters for the
-prefixes) and a few substring checks; on the development transcripts (9,261 messages, 3,071
-characters on average) about 1.3 times the redaction they replaced (bench/redaction.py).
-detect-secrets (1.5, default plugins, line by line) is not used,
+gitleaks' rules are read once, through :func:`functools.cache`). What a text costs: a few scans
+of it (label words on the lowered text; runs of token characters; its words, split once, among
+which a long text's cues of letters and digits and gitleaks' keywords are looked for), then only
+the rules whose cues are there and whose secret could fit (a rule that needs a run of 32 token
+characters skips a text without one). The output never depends on those shortcuts: each skips
+only what cannot match. Figures: docs/benchmarks.md, "Redaction" (issue 31 asks for at most 1.2
+times 352b34c's redaction per keyword search). detect-secrets (1.5, default plugins, line by
+line) is not used,
 not even optionally: on the first 1,500 of those messages it took about 200 times as long per
 message and flagged 84% of them (its entropy and keyword detectors are meant for files with a
 baseline of accepted findings), and even counting any overlapping finding as a catch it missed
@@ -82,6 +84,8 @@ import base64
 import binascii
 import bisect
 import functools
+import importlib
+import itertools
 import json
 import math
 import re
@@ -89,7 +93,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
 
 PLACEHOLDER = "[redacted]"
@@ -596,6 +600,16 @@ def _prefix_regex(patterns: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str
     return plain, dotted, regex
 
 
+@functools.cache
+def _prefix_heads(patterns: tuple[str, ...]) -> tuple[int, frozenset[str]]:
+    """The first characters (as many as the shortest has) of the literal prefixes looked for at the
+    start of runs: a run whose start is not one of them starts with none (one set lookup a run, not
+    a comparison with each of forty prefixes)."""
+    plain = _prefix_regex(patterns)[0]
+    size = min(len(literal) for literal in plain)
+    return size, frozenset(literal[:size] for literal in plain)
+
+
 # --------------------------------------------------------------------------- rules
 
 Spans = list[tuple[int, int]]
@@ -605,12 +619,23 @@ _WORDS_JOINED = re.compile(r"[a-z]{2,}(?:[_-][a-z]{2,})+")
 _NOT_PREFIXES = ("eyJ", "AKIA", "ASIA")
 
 
+class _Runs(NamedTuple):
+    """What one pass over a text's maximal runs of ``[A-Za-z0-9_-]`` (twelve characters or more)
+    finds, for the rules that read tokens."""
+
+    starts: list[int]  # where the runs that start with a token prefix (a provider's, eyJ, AKIA) start
+    mixed: int  # how many others are twenty characters or more of mixed case and digits (base64),
+    # counted up to two (the armor rule asks for two)
+    longest: int  # the longest run's length (0 when none is twelve long): a secret needs one so long
+    glued: list[str]  # the runs (lowered) whose first two letters start one of gitleaks' keywords
+
+
 class _Scan:
     """One text's view, lowered view, prefix list, and what more than one rule reads (the long runs
     of token characters; the label matches), each found once."""
 
-    __slots__ = ("_labels", "_runs", "leak_runs", "low", "patterns", "view")
-    _runs: tuple[list[int], int] | None
+    __slots__ = ("_joined", "_labels", "_runs", "_words", "low", "patterns", "view")
+    _runs: _Runs | None
 
     def __init__(self, view: str, patterns: tuple[str, ...]) -> None:
         self.view = view
@@ -620,29 +645,53 @@ class _Scan:
         self.low = low
         self.patterns = patterns
         self._runs = None
-        self.leak_runs: list[str] = []  # lowered runs that start with a gitleaks keyword
         self._labels: list[tuple[str, str, int, int]] | None = None
+        self._words: frozenset[bytes] | None = None
+        self._joined: bytes | None = None
 
-    def runs(self) -> tuple[list[int], int]:
-        """Where the maximal runs of ``[A-Za-z0-9_-]`` (twelve characters or more) that start with a
-        token prefix (a provider's, ``eyJ``, ``AKIA``) start, and how many others are twenty
-        characters or more of mixed case and digits (pieces of base64)."""
+    def words(self) -> frozenset[bytes]:
+        """The lowered text's words: maximal runs of ASCII letters and digits (split in C)."""
+        if self._words is None:
+            self._words = frozenset(_split_words(self.low))
+        return self._words
+
+    def long(self) -> bool:
+        """Long enough that its words are worth a set: a short text is looked through faster."""
+        return len(self.low) >= _JOINED_WORDS_FROM
+
+    def has(self, cue: str) -> bool:
+        """``cue in self.low``. A cue of lower-case letters and digits lies inside one word, so in a
+        long text it is looked for in the distinct words joined by spaces (a third of the text): one
+        split serves every such cue."""
+        if not (self.long() and cue.isascii() and cue.isalnum() and cue.islower()):
+            return cue in self.low
+        if self._joined is None:
+            self._joined = b" ".join(self.words())
+        return cue.encode("ascii") in self._joined
+
+    def runs(self) -> _Runs:
+        """The text's long runs of token characters (:class:`_Runs`), read once."""
         if self._runs is None:
             starts: list[int] = []
-            mixed = 0
+            glued_runs: list[str] = []
+            mixed = longest = 0
             literals = _prefix_regex(self.patterns)[0]
+            head, heads = _prefix_heads(self.patterns)
             leaks = gitleaks_rules()
             glued = leaks.glued if leaks else {}
-            self.leak_runs = []
-            for run in _RUN.finditer(self.view):
-                text = run.group()
-                if text.startswith(literals):
-                    starts.append(run.start())
-                elif len(text) >= 20 and _mixed(text):
+            first = _RUN_AT_START.match(self.view)
+            for run in itertools.chain((first,) if first else (), _RUN.finditer(self.view)):
+                text = run.group(1)
+                size = len(text)
+                if size > longest:
+                    longest = size
+                if text[:head] in heads and text.startswith(literals):
+                    starts.append(run.start(1))
+                elif mixed < 2 and size >= 20 and _mixed(text):
                     mixed += 1
                 if text[:2].lower() in glued:
-                    self.leak_runs.append(text.lower())
-            self._runs = (starts, mixed)
+                    glued_runs.append(text.lower())
+            self._runs = _Runs(starts, mixed, longest, glued_runs)
         return self._runs
 
     def labels(self) -> list[tuple[str, str, int, int]]:
@@ -651,7 +700,8 @@ class _Scan:
         if self._labels is None:
             self._labels = []
             view = self.view
-            for match in _LABEL.finditer(self.low):
+            cjk = any(char in self.low for char in _LABEL_CJK_STARTS)
+            for match in (_LABEL if cjk else _LABEL_LATIN).finditer(self.low):
                 start = match.start()
                 while start > 0 and view[start - 1] in _KEY_CHARS and match.start() - start < 64:
                     start -= 1
@@ -660,7 +710,12 @@ class _Scan:
         return self._labels
 
 
-_RUN = re.compile(r"[A-Za-z0-9_-]{12,}")
+# A maximal run of token characters, twelve or more, found from the character before it (one at the
+# text's start is matched on its own): the search then tries a match at each character that is no
+# token's, not at each of a word's (a fifth less time than ``[A-Za-z0-9_-]{12,}``, the same runs).
+_RUN = re.compile(r"[^A-Za-z0-9_-]([A-Za-z0-9_-]{12,})")
+_RUN_AT_START = re.compile(r"([A-Za-z0-9_-]{12,})")
+_JOINED_WORDS_FROM = 2048  # characters: from this length cues are looked for in the joined words
 
 _ARMOR_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}(?:PRIVATE|SECRET|ENCRYPTED)[A-Z0-9 ]{0,40}-----")
 _ARMOR_END = re.compile(r"-----END [A-Z0-9 ]{0,40}(?:PRIVATE|SECRET|ENCRYPTED)[A-Z0-9 ]{0,40}-----")
@@ -671,9 +726,14 @@ _B64_START = r"(?:(?<=\\n)|(?<![\\A-Za-z0-9+/=]))"
 # Lines above an END, on the reversed text: a line break (``\n``, ``\r\n`` or a written-out
 # ``\n``, reversed) then a whole line of base64.
 _B64_ABOVE_END_REVERSED = re.compile(r"(?:(?:\n\r?|n\\)[ \t]*[A-Za-z0-9+/=]{4,}[ \t]*(?=\n|n\\|\Z))+")
-_B64_RUN = re.compile(
-    rf"(?m)^(?:{_B64_LINE}\r?\n){{1,4096}}{_B64_LINE}$|{_B64_START}(?:[A-Za-z0-9+/]{{40,}}={{0,2}}\\n){{2,4096}}"
-)
+_B64_LINES = rf"(?m)^(?:{_B64_LINE}\r?\n){{1,4096}}{_B64_LINE}$"
+_B64_RUN = re.compile(rf"{_B64_LINES}|{_B64_START}(?:[A-Za-z0-9+/]{{40,}}={{0,2}}\\n){{2,4096}}")
+# The first branch alone, for a text in which the second cannot match: it finds the same runs,
+# and without the second's lookbehinds tried at every position it costs a sixth as much.
+_B64_LINES_RUN = re.compile(_B64_LINES)
+# What the second branch needs somewhere, on the reversed text: forty base64 characters before a
+# written-out ``\n`` (reversed, the search starts with a literal: fast).
+_B64_ESCAPED_LINE_REVERSED = re.compile(r"n\\={0,2}[A-Za-z0-9+/]{40}")
 _B64_KEY_LINE = re.compile(r"[A-Za-z0-9+/]{40,}")
 
 
@@ -733,8 +793,9 @@ def _armor(scan: _Scan, spans: Spans) -> None:
             previous = end.end()
     # No armour at all (the middle chunk of a long key): two lines or more of random base64. Looked
     # for only where two long runs of mixed letters and digits are.
-    if "\n" in view and scan.runs()[1] >= 2:
-        for run in _B64_RUN.finditer(view):
+    if "\n" in view and scan.runs().mixed >= 2:
+        escaped = "\\n" in view and _B64_ESCAPED_LINE_REVERSED.search(view[::-1])
+        for run in (_B64_RUN if escaped else _B64_LINES_RUN).finditer(view):
             lines = _B64_KEY_LINE.findall(run.group())
             line_before = view[view.rfind("\n", 0, max(0, run.start() - 1)) + 1 : run.start()]
             if any(key_type in line_before for key_type in _PUBLIC_KEY_TYPES):
@@ -764,7 +825,7 @@ def _prefix(scan: _Scan, spans: Spans) -> None:
     prefix that holds a character runs do not (``SG.``)."""
     view = scan.view
     literals, dotted, regex = _prefix_regex(scan.patterns)
-    starts = list(scan.runs()[0])
+    starts = list(scan.runs().starts)
     for literal in dotted:
         at = view.find(literal)
         while at >= 0:
@@ -792,23 +853,23 @@ _AWS_SECRET = re.compile(r"[A-Za-z0-9/+=]{40,}+")
 
 
 def _token(scan: _Scan, spans: Spans) -> None:
-    view, low = scan.view, scan.low
+    view = scan.view
     aws_id = False
-    for at in scan.runs()[0]:
+    for at in scan.runs().starts:
         if view.startswith("eyJ", at):
             jwt = _JWT.match(view, at)
             if jwt:
                 spans.append(jwt.span())
         elif view.startswith(("AKIA", "ASIA"), at):
             aws_id = True
-    if "hooks" in low:
+    if scan.has("hooks"):
         for match in _WEBHOOK.finditer(view):
             spans.append(match.span(1 if match.group(1) else 2))
     if ":AA" in view:  # a bot token's secret half starts with "AA"
         for match in _TELEGRAM.finditer(view):
             if _looks_random(match.group(1)) and not view[match.start() - 1 : match.start()].isdigit():
                 spans.append(match.span(1))
-    if aws_id or ("aws" in low and "secret" in low):
+    if aws_id or (scan.has("aws") and scan.has("secret")):
         for match in _AWS_SECRET.finditer(view):
             token = match.group()
             if (
@@ -884,7 +945,7 @@ def _header(scan: _Scan, spans: Spans) -> None:
                 named = any(word in name for word in ("session", "token", "auth", "sid", "jwt"))
                 if _looks_random(value) or (named and _token_like(value) and not _is_placeholder(value)):
                     spans.append((at + pair.start(2), at + pair.end(2)))
-    if "bearer" in low or "basic" in low:
+    if scan.has("bearer") or scan.has("basic"):
         for match in _BARE_SCHEME.finditer(low):
             if match.start() and low[match.start() - 1].isalnum():
                 continue
@@ -996,6 +1057,12 @@ _NAMED_VALUE = re.compile(r"[ \t]+(?P<v>[a-z0-9][a-z0-9_\-.+/=]{15,255})(?![a-z0
 # The words before a ``secret``/``key``/``token`` found by ``str.find`` (a regex scanning for the
 # whole cue costs ten times as much on a long text), ending where that word starts.
 _NAMED_TOKEN_HEAD = re.compile(r"(?:client|secret|api|access|auth|deploy|bearer)[_ -]?\Z")
+_NAMED_TOKEN_HEADS = frozenset((b"client", b"secret", b"api", b"access", b"auth", b"deploy", b"bearer"))
+# Each tail, and the words it makes joined to a head (``apikey``, ``clientsecret``).
+_NAMED_TOKEN_TAILS = tuple(
+    (tail, frozenset(head + tail.encode() for head in _NAMED_TOKEN_HEADS))
+    for tail in ("secret", "key", "token")
+)
 #: A JSON Web Key's private members (RFC 7518 section 6: an EC or OKP key's ``d``, an RSA key's
 #: ``d``/``p``/``q``/``dp``/``dq``/``qi``, a symmetric key's ``k``), in a text that says ``"kty"``.
 _JWK_PRIVATE = re.compile(
@@ -1032,10 +1099,10 @@ def _command(scan: _Scan, spans: Spans) -> None:
             if not _is_placeholder(value) and not (value.isalpha() and value.islower()):
                 spans.append((start, _continued(view, end)))
         for cues, regex in _COMMANDS:
-            if any(cue in low for cue in cues):
+            if any(scan.has(cue) for cue in cues):
                 _command_values(regex.finditer(low), view, spans)
     for cues, regex in _NO_FLAG_COMMANDS:
-        if any(cue in low for cue in cues):
+        if any(scan.has(cue) for cue in cues):
             _command_values(regex.finditer(low), view, spans)
     for key, sep, at, _ in scan.labels():
         name = key.lower()
@@ -1043,21 +1110,27 @@ def _command(scan: _Scan, spans: Spans) -> None:
             _command_values(_OPENSSL.finditer(low, max(0, at - 16), at + 257), view, spans)
         elif name == "auth" and sep == "=":
             _command_values([_AUTH_TUPLE.match(low, at)], view, spans)
-    if "machine" in low:
+    if scan.has("machine"):
         _command_values(_NETRC.finditer(low), view, spans)
-    if "AUTH " in view or "AUTH\t" in view:
+    if "AUTH" in view and ("AUTH " in view or "AUTH\t" in view):
         _command_values(_REDIS_AUTH.finditer(view), view, spans)
-    if "pgpass" in low:
+    if scan.has("pgpass"):
         _command_values(_PGPASS.finditer(low), view, spans)
-    if '"kty"' in view or "'kty'" in view:
+    if scan.has("kty") and ('"kty"' in view or "'kty'" in view):
         _command_values(_JWK_PRIVATE.finditer(view), view, spans)
-    if "seed" in low or "priv" in low or "secret" in low:
+    # A raw key is a run of 64 hex digits or more: most texts have none.
+    if scan.runs().longest >= 64 and (scan.has("seed") or scan.has("priv") or scan.has("secret")):
         _command_values(
             (m for m in _HEX_SEED.finditer(low) if not m.start() or low[m.start() - 1] not in _WORD_CHARS),
             view,
             spans,
         )
-    for tail in ("secret", "key", "token"):
+    words = scan.words() if scan.long() else None
+    heads = words is None or not words.isdisjoint(_NAMED_TOKEN_HEADS)
+    for tail, joined in _NAMED_TOKEN_TAILS:
+        # The cue is a word before the tail, or one word with it (``api key``, ``apikey``).
+        if words is not None and not (heads and tail.encode() in words) and words.isdisjoint(joined):
+            continue
         at = low.find(tail)
         while at >= 0:
             end = at + len(tail)
@@ -1089,14 +1162,20 @@ def _command_values(matches: Iterable[re.Match[str] | None], view: str, spans: S
 
 
 # Labels, matched on the lowered view: a label word, the rest of its identifier, a separator. Where
-# the identifier starts, what its words name, and the value are worked out in Python.
-_LABEL = re.compile(
-    r"(?:pass|pwd|secret|token|credential|key|auth|bearer|cookie"
-    r"|密码|口令|令牌|密钥|秘钥|私钥|密碼|金鑰|密鑰|パスワード|暗証番号|トークン|비밀번호|토큰)"
+# the identifier starts, what its words name, and the value are worked out in Python. The words
+# share their first characters in the pattern (``p(?:ass|wd)``): the same matches, fewer tries.
+_LABEL_WORDS = r"p(?:ass|wd)|secret|token|c(?:redential|ookie)|key|auth|bearer"
+_LABEL_WORDS_CJK = r"密(?:码|钥|碼|鑰)|口令|令牌|秘钥|私钥|金鑰|パスワード|暗証番号|トークン|비밀번호|토큰"
+_LABEL_REST = (
     r"[a-z0-9_.\-]{0,48}+(?P<close>[\"'`*\]]{0,3}+)"
     r"(?:[ \t]*\[[^\]\n]{0,24}\])?"  # aws configure's "[None]"
     r"(?P<sep>[ \t]*(?::=|=>|:-|={1,3}|:)|[ \t]+is[ \t]+|[ \t]*(?:是|为|為|は))"
 )
+_LABEL = re.compile(f"(?:{_LABEL_WORDS}|{_LABEL_WORDS_CJK}){_LABEL_REST}")
+# The same without the CJK words, for a text that holds none of their first characters (one
+# character is looked for fast): the same matches, a third less time.
+_LABEL_LATIN = re.compile(f"(?:{_LABEL_WORDS}){_LABEL_REST}")
+_LABEL_CJK_STARTS = "密口令秘私金パ暗ト비토"
 _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 _KEY_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+|[^\x00-\x7f]+")
 # What a key names decides what its value must look like: a password (any value, to the end of the
@@ -1298,6 +1377,11 @@ GITLEAKS_FILE = Path(__file__).with_name("gitleaks_rules.json")
 _NOT_ALNUM = bytes(c if chr(c).isascii() and chr(c).isalnum() else 32 for c in range(256))
 
 
+def _split_words(low: str) -> list[bytes]:
+    """The words of a lowered text: maximal runs of ASCII letters and digits."""
+    return low.encode("utf-8", "surrogatepass").translate(_NOT_ALNUM).split()
+
+
 class _Leaks(NamedTuple):
     version: str
     rules: tuple[dict, ...]
@@ -1308,6 +1392,9 @@ class _Leaks(NamedTuple):
     bounded: frozenset[str]  # keywords a rule's ``\\b`` must precede: found only after a non-word character
     allow: tuple[re.Pattern[str], ...]
     stopwords: tuple[str, ...]
+    needs: tuple[int, ...]  # per rule, the run of token characters each match holds (:func:`_run_needed`)
+    shared: tuple[str, ...]  # per rule of several keywords, a part all hold (``times``): one look for all
+    pieces: dict[str, str]  # keyword -> its longest part of letters and digits, three or more (``authress``)
 
 
 def _core(keyword: str) -> str:
@@ -1351,9 +1438,99 @@ def gitleaks_rules() -> _Leaks | None:
             frozenset(bounded),
             tuple(re.compile(r, re.ASCII) for r in data["allow"]["regexes"]),
             tuple(data["allow"]["stopwords"]),
+            tuple(_run_needed(rule["regex"]) for rule in rules),
+            tuple(_shared_part(rule["keywords"]) for rule in rules),
+            {
+                keyword: max(pieces, key=len)
+                for rule in rules
+                for keyword in rule["keywords"]
+                if (pieces := [piece for piece in re.findall("[a-z0-9]+", keyword) if len(piece) >= 3])
+            },
         )
     except Exception:
         return None
+
+
+def _shared_part(keywords: list[str]) -> str:
+    """A part of three characters or more that each of several keywords holds, the longest, and
+    one outside the shortest first word if there is one (``new-york-times``, ``newyorktimes``,
+    ``nytimes``: ``times``, as ``new`` is what let the rule run); else "" (one keyword is looked for
+    as is). A text without it holds none of the keywords."""
+    if len(keywords) < 2:
+        return ""
+    shortest = min(keywords, key=len)
+    first_word = min((_core(keyword) for keyword in keywords), key=len)
+    parts = [
+        shortest[start : start + size]
+        for size in range(len(shortest), 2, -1)
+        for start in range(len(shortest) - size + 1)
+        if all(shortest[start : start + size] in keyword for keyword in keywords)
+    ]
+    return next((part for part in parts if part not in first_word), parts[0] if parts else "")
+
+
+def _run_needed(pattern: str) -> int:
+    """How long a run of token characters (``[A-Za-z0-9_-]``) every match of ``pattern`` holds, at
+    least: a rule whose secret is ``[a-f0-9]{32}`` cannot match a text whose runs are all shorter, and
+    is not read there. 0 when that is under twelve (the runs :class:`_Runs` sees start there) or
+    when the pattern cannot be read (``re._parser`` is Python's own parser, not a public API: then
+    every rule is read, as before).
+
+    A lower bound, read off the parsed pattern under ``re.ASCII`` (the flag rules compile with: no
+    Unicode case folding, ``\\w`` is ``[A-Za-z0-9_]``): characters of token sets side by side add up,
+    a repeat of one adds its minimum, zero-width assertions pass; a group, an alternation (its
+    shortest branch) or a repeat of a group counts on its own and ends the run around it."""
+    try:
+        parser = importlib.import_module("re._parser")  # at first use, with the rules
+        needed = _parsed_run(parser, parser.parse(pattern, re.ASCII))
+    except Exception:
+        return 0
+    return needed if needed >= 12 else 0
+
+
+def _parsed_run(parser: Any, items: Any) -> int:
+    """:func:`_run_needed` of a parsed sequence: the longest run it is sure to hold."""
+    best = current = 0
+    for op, arg in items:
+        if op in (parser.AT, parser.ASSERT, parser.ASSERT_NOT):
+            continue  # zero width: the characters either side stay side by side
+        if _token_char(parser, op, arg):
+            current += 1
+        elif op in (parser.MAX_REPEAT, parser.MIN_REPEAT, parser.POSSESSIVE_REPEAT):
+            least, _, body = arg
+            if len(body) == 1 and _token_char(parser, *body[0]):
+                current += least
+            else:
+                best = max(best, _parsed_run(parser, body) if least else 0)
+                current = 0
+        elif op is parser.SUBPATTERN:
+            best = max(best, _parsed_run(parser, arg[-1]))
+            current = 0
+        elif op is parser.BRANCH:
+            best = max(best, min(_parsed_run(parser, branch) for branch in arg[1]))
+            current = 0
+        else:
+            current = 0
+        best = max(best, current)
+    return best
+
+
+def _token_char(parser: Any, op: Any, arg: Any) -> bool:
+    """A parsed item that is one character, always a token character."""
+    if op is parser.LITERAL:
+        return chr(arg) in _TOKEN_CHARS
+    if op is not parser.IN:
+        return False
+    for kind, value in arg:
+        if kind is parser.LITERAL:
+            if chr(value) not in _TOKEN_CHARS:
+                return False
+        elif kind is parser.RANGE:
+            if not all(chr(c) in _TOKEN_CHARS for c in range(value[0], value[1] + 1)):
+                return False
+        elif kind is not parser.CATEGORY or value not in (parser.CATEGORY_DIGIT, parser.CATEGORY_WORD):
+            return False  # a negated set, a category of spaces...
+    return True
 
 
 @functools.cache
@@ -1414,23 +1591,42 @@ def _gitleaks(scan: _Scan, spans: Spans) -> None:
     if leaks is None:
         return
     view, low = scan.view, scan.low
-    found = leaks.cores.intersection(low.encode("utf-8", "surrogatepass").translate(_NOT_ALNUM).split())
-    scan.runs()
-    if scan.leak_runs:
+    runs = scan.runs()
+    found = leaks.cores.intersection(scan.words() if scan.long() else _split_words(low))
+    if runs.glued:
         found = found.union(
-            core.encode() for run in scan.leak_runs for core in leaks.glued[run[:2]] if run.startswith(core)
+            core.encode()
+            for run in runs.glued
+            if run.startswith(leaks.glued[run[:2]])
+            for core in leaks.glued[run[:2]]
+            if run.startswith(core)
         )
+    needs, longest = leaks.needs, runs.longest
+    indexes = {i for core in found for i in leaks.by_core[core] if needs[i] <= longest}
     bounded = leaks.bounded
-    indexes = {
-        i
-        for keyword, i in leaks.direct
-        if keyword in low and (keyword not in bounded or _occurrences(low, keyword, True, 1))
-    }
-    for core in found:
-        indexes.update(leaks.by_core[core])
+    # In a long text a keyword is first looked for by its longest part of letters and digits, in the
+    # text's words (:meth:`_Scan.has`): absent there, it is absent from the text.
+    pieces = leaks.pieces if scan.long() else {}
+    words = scan.words() if scan.long() else frozenset()
+    for keyword, i in leaks.direct:
+        if (
+            i not in indexes
+            and needs[i] <= longest
+            and keyword[-1] in low  # one character is looked for fast: "~" of "q~" is rare
+            and (keyword not in pieces or scan.has(pieces[keyword]))
+            # after a \b, a keyword's first letter (``s`` of ``s.``: its word is one letter) is a word
+            and not (
+                words and keyword in bounded and keyword[0].isalnum() and keyword[0].encode() not in words
+            )
+            and keyword in low
+            and (keyword not in bounded or _occurrences(low, keyword, True, 1))
+        ):
+            indexes.add(i)
     where: dict[str, list[int]] = {}
     for index in sorted(indexes):
         rule = leaks.rules[index]
+        if leaks.shared[index] and leaks.shared[index] not in low:
+            continue  # none of its keywords is there
         if len(view) <= _WHOLE_TEXT:  # short: the whole text, once a keyword is there
             if any(keyword in low for keyword in rule["keywords"]):
                 _leak_matches(leaks, index, view, 0, len(view), spans)
@@ -1438,7 +1634,8 @@ def _gitleaks(scan: _Scan, spans: Spans) -> None:
         windows: list[tuple[int, int]] = []
         for keyword in rule["keywords"]:
             if keyword not in where:
-                where[keyword] = _occurrences(low, keyword, keyword in bounded)
+                absent = keyword in pieces and not scan.has(pieces[keyword])
+                where[keyword] = [] if absent else _occurrences(low, keyword, keyword in bounded)
             windows += [_lines_around(view, at) for at in where[keyword]]
         for start, end in _merged_windows(windows):
             _leak_matches(leaks, index, view, start, end, spans)

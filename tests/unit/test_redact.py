@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import time
 import unicodedata
 from pathlib import Path
@@ -430,3 +431,72 @@ def test_gitleaks_rules_stay_linear_on_hostile_text():
 )
 def test_go_patterns_are_translated_for_python(pattern, expected):
     assert RULES_BENCH.translate(pattern) == expected
+
+
+@pytest.mark.parametrize(
+    ("pattern", "needed"),
+    [
+        (r"\b(p8e-(?i:[a-z0-9]{32}))(?:[`'\"\s;]|$)", 32),
+        (r"(?i)(?:adobe)[ \t\w.-]{0,20}[=:]([a-f0-9]{32})", 32),
+        (r"\bshpat_[a-fA-F0-9]{32}\b", 38),  # the prefix and the secret side by side
+        (r"((?:hvs\.[\w-]{90,120}|s\.(?i:[a-z0-9]{24})))", 24),  # the shorter branch
+        (r"[a-z0-9=_\-]{32}", 0),  # "=" is no token character: no run is sure
+        (r"ops_eyJ[a-zA-Z0-9+/]{250,}", 0),
+        (r"[A-Z0-9]{6}-?[A-Z0-9]{5}", 0),  # eleven: under the twelve runs start at
+        (r"x{1,3}[0-9]{20}", 21),
+        (r"(?:ab){20}", 0),  # a repeated group counts on its own: 2
+        (r"(unclosed", 0),  # a pattern that does not parse: read everywhere
+    ],
+)
+def test_the_run_a_rule_needs_is_read_off_its_pattern(pattern, needed):
+    assert redact._run_needed(pattern) == needed
+
+
+def test_every_gitleaks_match_holds_the_run_its_rule_is_gated_on():
+    """A rule is skipped in a text whose runs of token characters are all shorter than the run its
+    pattern needs (:func:`redact._run_needed`): on every corpus text, each match of each rule holds
+    such a run, and most rules have one (else the parser changed and the gate is off)."""
+    leaks = redact.gitleaks_rules()
+    assert leaks is not None
+    assert sum(1 for needed in leaks.needs if needed) >= 150
+    checked = 0
+    for text in [entry.text for entry in CORPUS + UPSTREAM]:
+        for index, needed in enumerate(leaks.needs):
+            for match in redact._leak_regex(index).finditer(text):
+                runs = [len(run) for run in re.findall(r"[A-Za-z0-9_-]+", match.group())]
+                assert max(runs, default=0) >= needed, (leaks.rules[index]["id"], match.group())
+                checked += bool(needed)
+    assert checked >= 30
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "run nmcli con add ... wifi-sec.psk hunter22 and ldapsearch -w x",
+        "ＰＡＳＳＷＯＲＤ：machine, über-pgpass ≠ kty (kty)\n密码 seed",
+        "x_mysqldump-login.curlwget",
+        "",
+    ],
+)
+def test_a_cue_is_found_in_the_words_as_in_the_text(text):
+    """``_Scan.has`` looks for a cue of letters and digits in the text's distinct words joined, any
+    other cue in the text, and in a short text every cue in the text: ``cue in low`` either way."""
+    cues = ["nmcli", "psk", "hunter22", "ldap", "machine", "pgpass", "kty", "seed", "mysql", "login"]
+    cues += ["curlwget", "dumplogin", "redis-cli", "wifi-sec", "über", "密码", "absent", "22 and", "p4x"]
+    for whole in (text, text + " lorem-ipsum_dolor.sit(amet)" * 80 + text):
+        scan = redact._Scan(redact._View(whole).text, redact.prefix_patterns())
+        assert scan.long() == (len(whole) >= 2048)
+        for cue in cues:
+            assert scan.has(cue) == (cue in scan.low), (cue, len(whole))
+
+
+def test_labels_without_cjk_words_read_as_with_them():
+    """A text with none of the CJK label words' first characters is read with the pattern that
+    lacks them: the same labels as the whole pattern finds."""
+    words = re.sub(r"\(\?:[^)]*\)", "", redact._LABEL_WORDS_CJK).split("|")
+    assert {word[0] for word in words} == set(redact._LABEL_CJK_STARTS)
+    texts = [entry.text for entry in CORPUS + UPSTREAM] + ["密码：hunter2 token: abc", "トークン=x pass: y"]
+    for text in texts:
+        scan = redact._Scan(redact._View(text).text, redact.prefix_patterns())
+        expected = [(m.end(), m.group("sep").strip()) for m in redact._LABEL.finditer(scan.low)]
+        assert [(at, sep) for _, sep, at, _ in scan.labels()] == expected, text
