@@ -1,8 +1,8 @@
 """What issue 30.3's answer window costs an answer: the development transcripts' 500 questions
 through the dispatcher (keyword mode, the Hermes shape by default), and per result the characters
-of ``reply``/``question`` and of the whole answer, as tokens at 4 characters each (CJK counted
-one character a token, as ``text.CJK_CHARS`` says), and the time of the window's one query
-(``FullTextReader.answer_windows``) for the rows shown.
+of ``reply``/``question``, of ``tool_activity`` (issue 30.1) and of the whole answer, as tokens
+at 4 characters each (CJK counted one character a token, as ``text.CJK_CHARS`` says), and the
+time of the window's one query (``FullTextReader.answer_windows``) for the rows shown.
 
     PHR_BENCH_CACHE=... .venv/bin/python bench/answer_windows.py --shape hermes --limit 3
 """
@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     cut = 0
     rows, with_window, window_tokens, answer, without, read_ms = 0, 0, [], [], [], []
+    activity_tokens: list[int] = []
     db = plugin.store.HermesDB.open(plugin.store.HermesEnv.current())
     reader = plugin.fulltext.FullTextReader(db)
     for q in questions:
@@ -54,7 +55,9 @@ def main(argv: list[str] | None = None) -> dict:
         )
         result = json.loads(raw)
         shown = result.get("results", [])
-        bare = [{k: v for k, v in r.items() if k not in ("reply", "question")} for r in shown]
+        bare = [
+            {k: v for k, v in r.items() if k not in ("reply", "question", "tool_activity")} for r in shown
+        ]
         answer.append(tokens(json.dumps(result, ensure_ascii=False)))
         without.append(tokens(json.dumps(dict(result, results=bare), ensure_ascii=False)))
         started = time.perf_counter()  # the window's one query alone, for the rows shown
@@ -62,6 +65,8 @@ def main(argv: list[str] | None = None) -> dict:
         read_ms.append(1000 * (time.perf_counter() - started))
         for row in shown:
             rows += 1
+            if row.get("tool_activity"):
+                activity_tokens.append(tokens(row["tool_activity"]))
             text = row.get("reply") or row.get("question")
             if text:
                 with_window += 1
@@ -81,8 +86,13 @@ def main(argv: list[str] | None = None) -> dict:
         "window_tokens_mean": round(statistics.mean(window_tokens), 1) if window_tokens else 0,
         "window_tokens_p95": sorted(window_tokens)[int(0.95 * len(window_tokens))] if window_tokens else 0,
         "window_tokens_max": max(window_tokens, default=0),
+        "with_tool_activity": len(activity_tokens),
+        "tool_activity_tokens_mean": round(statistics.mean(activity_tokens), 1) if activity_tokens else 0,
+        "tool_activity_tokens_p95": sorted(activity_tokens)[int(0.95 * len(activity_tokens))]
+        if activity_tokens
+        else 0,
         "answer_tokens_mean": round(statistics.mean(answer), 1),
-        "answer_tokens_mean_without_windows": round(statistics.mean(without), 1),
+        "answer_tokens_mean_without_windows": round(statistics.mean(without), 1),  # nor tool_activity
     }
     print(json.dumps(figures, indent=2))
     return figures
