@@ -28,19 +28,24 @@ def _turn(world, session: str, ask: str, tool: str, arguments: dict, output: str
     world.db.append_message(session, "assistant", words)
 
 
-def test_a_key_seen_only_in_tool_output_finds_its_turn(world):
-    repo = world.folder("alpha")
-    world.project("Alpha", repo)
-    old = world.session(repo)
+def _config_turn(world, session: str) -> None:
+    """The turn every test here asks about: the agent read a config whose keys the words never name."""
     _turn(
         world,
-        old,
+        session,
         "make the client cope with 503s",
         "read_file",
         {"path": "config/client.env"},
         CONFIG,
         REPLY,
     )
+
+
+def test_a_key_seen_only_in_tool_output_finds_its_turn(world):
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    old = world.session(repo)
+    _config_turn(world, old)
     world.session(repo, [("user", "the blog styles please"), ("assistant", "In static/blog.css.")])
     now = world.session(repo)
     result = world.search(now, "what did we set QX_FLUSH_QUOTA to?")
@@ -90,15 +95,7 @@ def test_switched_off_tool_activity_is_no_evidence(world, plugin):
     repo = world.folder("alpha")
     world.project("Alpha", repo)
     old = world.session(repo)
-    _turn(
-        world,
-        old,
-        "make the client cope with 503s",
-        "read_file",
-        {"path": "config/client.env"},
-        CONFIG,
-        REPLY,
-    )
+    _config_turn(world, old)
     now = world.session(repo)
     assert world.search(now, "what did we set QX_FLUSH_QUOTA to?")["results"] == []
 
@@ -148,15 +145,7 @@ def test_text_matches_rank_above_tool_output_alone(world):
     repo = world.folder("alpha")
     world.project("Alpha", repo)
     seen = world.session(repo)
-    _turn(
-        world,
-        seen,
-        "make the client cope with 503s",
-        "read_file",
-        {"path": "config/client.env"},
-        CONFIG,
-        REPLY,
-    )
+    _config_turn(world, seen)
     said = world.session(
         repo, [("user", "set QX_FLUSH_QUOTA to 4 please"), ("assistant", "QX_FLUSH_QUOTA is now 4 in .env")]
     )
