@@ -160,6 +160,9 @@ class RankingPolicy:
     #: A chat that recalled other conversations with this tool ranks after the ones it cites:
     #: second-hand, what it cites is the answer (transcripts recall shape, tune half, issue 30).
     recall_after_cited: bool = True
+    #: A recall chat whose every cited conversation is ranked goes after all the others: its place
+    #: is worth more to one not shown yet (recall shape, tune half: MRR up, any@k equal).
+    recall_shown_last: bool = True
 
     # ---------------------------------------------------------------- relevance (calibrated)
     #: A result's relevance is the logistic of these times ln(its strength), whether it is first,

@@ -113,6 +113,8 @@ def rank(
     ranked = dated_first(ranked, dated)
     if policy.recall_after_cited and signals.cites:
         ranked = recall_after_cited(ranked, signals.cites)
+    if policy.recall_shown_last and signals.cites:
+        ranked = recall_shown_last(ranked, signals.cites)
     # The first two decide every result's relevance, so they are picked whatever ``limit`` is.
     picked = one_per_conversation(ranked, max(limit, 2))
     strengths = [
@@ -479,6 +481,17 @@ def evidence_as_asked(question: Question, signals: Signals, policy: RankingPolic
 
 
 # --------------------------------------------------------------------------- 5. recall chats
+
+
+def recall_shown_last(ranked: list[Scored], cites: Mapping[str, frozenset[str]]) -> list[Scored]:
+    """Recall chats whose every cited conversation is ranked go after all other conversations:
+    what they found is shown already, so the place is worth more to a conversation not shown
+    yet. A chat citing something not ranked keeps its place (it still points at an answer)."""
+    present = {hit.conversation for hit in ranked}
+    redundant = {chat for chat, cited in cites.items() if cited and cited - {chat} <= present}
+    return [h for h in ranked if h.conversation not in redundant] + [
+        h for h in ranked if h.conversation in redundant
+    ]
 
 
 def recall_after_cited(ranked: list[Scored], cites: Mapping[str, frozenset[str]]) -> list[Scored]:

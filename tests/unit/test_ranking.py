@@ -446,9 +446,29 @@ def test_rank_puts_a_recall_chat_after_what_it_cites_under_the_policys_switch(ra
     for mode in ("keyword", "hybrid"):
         question = ranking.Question(mode, topical_terms=3)
         ranked = ranking.rank(question, signals, policy, 10)
-        assert [x.message.conversation for x in ranked.results] == ["decision", "chat", "other"]
-        off = ranking.rank(question, signals, replace(policy, recall_after_cited=False), 10)
-        assert [x.message.conversation for x in off.results] == ["chat", "decision", "other"]
+        # What the chat cites is shown, so it goes after every other conversation too.
+        assert [x.message.conversation for x in ranked.results] == ["decision", "other", "chat"]
+        kept = ranking.rank(question, signals, replace(policy, recall_shown_last=False), 10)
+        assert [x.message.conversation for x in kept.results] == ["decision", "chat", "other"]
+        off = replace(policy, recall_after_cited=False, recall_shown_last=False)
+        assert [x.message.conversation for x in ranking.rank(question, signals, off, 10).results] == [
+            "chat",
+            "decision",
+            "other",
+        ]
+
+
+def test_a_recall_chat_whose_citations_are_all_shown_goes_last(ranking, r):
+    rows = kw(ranking, ("decision", 1, 30.0), ("chat", 2, 20.0), ("other", 3, 12.0), ("chat", 4, 5.0))
+    assert ids(r.recall_shown_last(rows, {"chat": frozenset({"decision"})})) == [
+        "decision",
+        "other",
+        "chat",
+        "chat",
+    ]
+    # Citing something not ranked, the chat still points at an answer: it keeps its place.
+    assert r.recall_shown_last(rows, {"chat": frozenset({"decision", "elsewhere"})}) == rows
+    assert r.recall_shown_last(rows, {"chat": frozenset()}) == rows
 
 
 def test_a_question_naming_only_what_the_project_never_mentions_gets_nothing(ranking, r, policy):
