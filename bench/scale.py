@@ -60,6 +60,7 @@ a revision of either can be the baseline.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -629,6 +630,7 @@ class Timers:
             return
         spent = self.spent
 
+        @functools.wraps(original)
         def timed(*args: Any, **kwargs: Any) -> Any:
             t0 = time.perf_counter()
             try:
@@ -808,7 +810,50 @@ def measure_keyword(manifest: dict, variant: str, source: Path | None, repeats: 
     hermes.search_messages("warm up", limit=10)
     timed = time_queries(plugin, hermes, QUERIES, big["fresh"], repeats)
     hermes.close()
-    return {**timed, "first_call_ms": 1000 * first, "second_call_ms": 1000 * second}
+    parts = reader_parts(plugin, big["fresh"])  # after the timed calls: the wrappers cost nothing there
+    return {
+        **timed,
+        "first_call_ms": 1000 * first,
+        "second_call_ms": 1000 * second,
+        "reader_parts_p50_ms": parts,
+    }
+
+
+READER_STEPS = (
+    "fts_messages",
+    "turn_openers",
+    "own_tool_results",
+    "session_titles",
+    "answer_windows",
+    "conversations_with",
+    "like_messages",
+)
+
+
+def reader_parts(plugin: Any, fresh: str) -> dict[str, float]:
+    """Where a warm keyword call's time goes: ``FullTextReader``'s reads (those a revision has),
+    p50 over one pass of the queries, ms."""
+    reader = getattr(getattr(getattr(plugin, "fulltext", None), "reader", None), "FullTextReader", None)
+    if reader is None:
+        return {}
+    timers = Timers()
+    for name in READER_STEPS:
+        timers.wrap(reader, name, name)
+    runs, parts = [], []
+    for query in QUERIES:
+        t0 = time.perf_counter()
+        layout.run_search(plugin, query, "keyword", 10, fresh)
+        runs.append(time.perf_counter() - t0)
+        parts.append(timers.take())
+    for name in READER_STEPS:
+        wrapped = getattr(reader, name, None)
+        if hasattr(wrapped, "__wrapped__"):
+            setattr(reader, name, wrapped.__wrapped__)
+    found = {k for part in parts for k in part}
+    return {
+        "wall": p50(runs),
+        **{k: statistics.median(part.get(k, 0.0) for part in parts) for k in sorted(found)},
+    }
 
 
 def measure_hybrid(
@@ -1287,6 +1332,9 @@ def side_by_side(new: dict, old: dict) -> list[tuple[str, float, float]]:
         add("  reference: Hermes search_messages p95 ms", k, j, "search_messages_p95_ms")
         add("keyword first call of a process ms", k, j, "first_call_ms")
         add("keyword second call ms", k, j, "second_call_ms")
+        for part in k.get("reader_parts_p50_ms", {}):
+            label = "keyword p50 ms, the pass with reads timed" if part == "wall" else f"  in {part}"
+            add(f"{label} (FullTextReader)", k, j, "reader_parts_p50_ms", part)
     for h in new.get("hybrid", []):
         g = next((x for x in old.get("hybrid", []) if x["project"] == h["project"]), None)
         if g is None:
@@ -1368,6 +1416,9 @@ def print_report(name: str, report: dict) -> None:
                     f"({ratios[-1]:.2f}x){ored}"
                 )
             print(f"  median of the per-query ratios: {statistics.median(ratios):.2f}x")
+        if k.get("reader_parts_p50_ms"):
+            parts = ", ".join(f"{name} {ms:.1f}" for name, ms in k["reader_parts_p50_ms"].items())
+            print(f"  one more pass, FullTextReader's reads timed, p50 ms: {parts}")
     if "zipf" in report:
         print_keyword("keyword, Zipf home (60k of 100k messages, 1-2 words, p50)", report["zipf"])
     if "hybrid" in report:
