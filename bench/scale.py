@@ -3,6 +3,7 @@
     .venv/bin/python bench/scale.py                      # build (first time), then every measurement
     .venv/bin/python bench/scale.py --baseline 0b76633   # the same measurements on another revision
     .venv/bin/python bench/scale.py --only keyword,hybrid --json bench/results/scale.json
+    .venv/bin/python bench/scale.py --shape hermes --baseline 352b34c --only keyword,hybrid --projects p00,p01
 
 The home (``.cache/bench/scale-v<N>/home``, built once, deterministic from ``--seed``):
 
@@ -16,6 +17,15 @@ The home (``.cache/bench/scale-v<N>/home``, built once, deterministic from ``--s
   indexes), because ``SessionDB.append_message`` commits once per message (0.6 ms each, some
   3 minutes for 300k). Then, through ``SessionDB`` again: 3 % of sessions archived
   (``set_session_archived``), 3 % rewound to a user message halfway (``rewind_to_message``).
+* ``--shape hermes`` (its own home, ``scale-v<N>-hermes``, built once from the same ``--seed``):
+  the same projects and sessions, but every session codes as Hermes stores it (issue 30): a
+  turn is the user's words, then in 30 % of turns an assistant row with ``content`` NULL and
+  ``tool_calls`` (OpenAI-shaped JSON text: ``terminal``, ``read_file``, ``write_file``,
+  ``search_files`` with their arguments, a written file's content among them) and one ``tool``
+  row per call (``tool_name``, ``tool_call_id``; test logs, stack traces, source files, config
+  files of ``KEY=value`` lines, log-uniform 200-8,000 characters), then the assistant's words.
+  Tool rows and calls hold about half the characters (49-50 %; held-out real transcripts: 48 %).
+  Inserted the same way, into the same columns Hermes's ``append_message`` fills.
 * Vectors: for exactly the chunks and content hashes the plugin's own ``pending_chunks`` asks for
   (under the real MiniLM fingerprint), unit vectors from numpy's seeded generator, written with
   the plugin's ``IndexStore.write_chunks``; then one complete ``build_index`` pass records the
@@ -24,9 +34,10 @@ The home (``.cache/bench/scale-v<N>/home``, built once, deterministic from ``--s
 Every measurement runs in a fresh process, one at a time, and prints the plugin next to a
 reference measured in the same run:
 
-* ``keyword``: the plugin's keyword mode (scope + FTS) vs Hermes's ``SessionDB.search_messages``.
+* ``keyword``: the plugin's keyword mode (scope + FTS) vs Hermes's ``SessionDB.search_messages``
+  (p50 and p95).
 * ``hybrid``: the first ``run_search`` of a process (model load, scope, index check, matrix, ...)
-  and later ones (p50, the query embedding subtracted), vs a bare numpy matrix-vector product
+  and later ones (p50 and p95; p50 with the query embedding subtracted), vs a bare numpy matrix-vector product
   and ``argpartition`` over the same float32 matrix (read from a file in a fresh process, then
   in memory). RSS growth of the first call, and of the first call after the model is loaded.
 * ``index``: the first index check of a process and later ones, for the largest project and for
@@ -49,7 +60,9 @@ a revision of either can be the baseline.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import math
 import os
 import random
 import shutil
@@ -72,12 +85,15 @@ ROOT = world.CACHE / f"scale-v{SCALE_VERSION}"
 REMOTE = "remote"  # the variant home whose index is written under a remote provider's fingerprint
 REMOTE_KEY_ENV = "PROJECT_HISTORY_EMBEDDING_API_KEY"
 SCALE = 1.0  # --scale: a smaller home of the same shape (a quick look; figures are for 1.0)
+SHAPE = "default"  # --shape: "hermes" stores coding turns as Hermes does (tool calls, tool rows)
+SHAPES = ("default", "hermes")
 
 
-def set_scale(scale: float) -> None:
-    global ROOT, SCALE
-    SCALE = scale
-    ROOT = world.CACHE / (f"scale-v{SCALE_VERSION}" + ("" if scale == 1.0 else f"-x{scale:g}"))
+def set_scale(scale: float, shape: str = "default") -> None:
+    global ROOT, SCALE, SHAPE
+    SCALE, SHAPE = scale, shape
+    name = f"scale-v{SCALE_VERSION}" + ("" if shape == "default" else f"-{shape}")
+    ROOT = world.CACHE / (name + ("" if scale == 1.0 else f"-x{scale:g}"))
 
 
 DIM = 384
@@ -168,6 +184,118 @@ def cjk(rng: random.Random) -> str:
 def message_text(rng: random.Random, topic: list[str]) -> str:
     r = rng.random()
     return prose(rng, topic) if r < 0.7 else code(rng, topic) if r < 0.9 else cjk(rng)
+
+
+# --------------------------------------------------------------------------- Hermes-shaped coding turns
+
+# A coding turn as Hermes stores it (hermes_state's ``messages``; the shape of
+# shared/data/devsessions/hermes_shape.py): the user's words; an assistant row with ``content`` NULL
+# and ``tool_calls`` (OpenAI-shaped JSON text); one ``tool`` row per call (``tool_name``,
+# ``tool_call_id``, the output: 200-8,000 characters); then the assistant's words.
+CODING_TURN = 0.3  # share of turns that run tools: half the text in tool rows and calls (48 % held out)
+TOOL_OUTPUT_CHARS = (200, 8_000)
+EXCEPTIONS = "ValueError KeyError TimeoutError ConnectionResetError RuntimeError AssertionError".split()
+CONFIG_KEYS = "URL TIMEOUT RETRIES POOL_SIZE LOG_LEVEL REGION BUCKET QUEUE WORKERS CACHE_TTL".split()
+
+
+def _path(rng: random.Random, topic: list[str]) -> str:
+    return f"src/{rng.choice(topic)}/{rng.choice(WORDS)}_{rng.choice(WORDS)}.py"
+
+
+def _fill(rng: random.Random, make: Any, size: int) -> str:
+    """Lines from ``make()`` up to about ``size`` characters."""
+    lines: list[str] = []
+    total = 0
+    while total < size:
+        line = make()
+        lines.append(line)
+        total += len(line) + 1
+    return "\n".join(lines)[:size]
+
+
+def test_log(rng: random.Random, topic: list[str], size: int) -> str:
+    def line() -> str:
+        r = rng.random()
+        test = f"tests/test_{rng.choice(WORDS)}.py::test_{rng.choice(IDENTIFIERS)}_{rng.choice(topic)}"
+        if r < 0.75:
+            return f"{test} PASSED [{rng.randint(1, 99):3d}%]"
+        if r < 0.9:
+            return f"{test} FAILED - {rng.choice(EXCEPTIONS)}: {rng.choice(WORDS)} {rng.choice(topic)}"
+        return f"E       assert {rng.choice(WORDS)}_{rng.randint(0, 9)} == {rng.randint(0, 999)}"
+
+    head = f"============ test session starts ============\ncollected {rng.randint(5, 400)} items\n"
+    return head + _fill(rng, line, size - len(head))
+
+
+def stack_trace(rng: random.Random, topic: list[str], size: int) -> str:
+    def frame() -> str:
+        where = f'  File "/srv/app/{_path(rng, topic)}", line {rng.randint(1, 900)}'
+        call = f"{rng.choice(IDENTIFIERS)}({rng.choice(topic)}, retries={rng.randint(0, 5)})"
+        return f"{where}, in {rng.choice(IDENTIFIERS)}\n    {rng.choice(WORDS)} = {call}"
+
+    tail = f"\n{rng.choice(EXCEPTIONS)}: {rng.choice(WORDS)} {rng.choice(topic)} {rng.choice(WORDS)} failed"
+    return "Traceback (most recent call last):\n" + _fill(rng, frame, size - len(tail) - 35) + tail
+
+
+def config_file(rng: random.Random, topic: list[str], size: int) -> str:
+    def line() -> str:
+        if rng.random() < 0.1:
+            return f"# {rng.choice(WORDS)} {rng.choice(topic)}"
+        key = f"{rng.choice(topic).upper()}_{rng.choice(CONFIG_KEYS)}"
+        return f"{key}={rng.choice(WORDS)}-{rng.randint(1, 9999)}"
+
+    return _fill(rng, line, size)
+
+
+def file_contents(rng: random.Random, topic: list[str], size: int) -> str:
+    text = code(rng, topic).replace("```python\n", "").replace("\n```", "")
+    while len(text) < size:
+        text += "\n\n" + code(rng, topic).replace("```python\n", "").replace("\n```", "")
+    return text[:size]
+
+
+def tool_call(rng: random.Random, topic: list[str], call_id: str) -> tuple[dict, str, str]:
+    """(the call as Hermes stores it in ``tool_calls``, the tool's name, its output)."""
+    size = int(math.exp(rng.uniform(*map(math.log, TOOL_OUTPUT_CHARS))))  # log-uniform
+    r = rng.random()
+    if r < 0.35:
+        name, output = (
+            "terminal",
+            test_log(rng, topic, size) if rng.random() < 0.6 else stack_trace(rng, topic, size),
+        )
+        arguments = {"command": f"pytest tests/test_{rng.choice(WORDS)}.py -q -k {rng.choice(topic)}"}
+    elif r < 0.7:
+        path = _path(rng, topic) if rng.random() < 0.6 else f"config/{rng.choice(topic)}.env"
+        name = "read_file"
+        output = file_contents(rng, topic, size) if path.endswith(".py") else config_file(rng, topic, size)
+        arguments = {"path": path}
+    elif r < 0.85:
+        name, path = "write_file", _path(rng, topic)
+        arguments = {"path": path, "content": file_contents(rng, topic, size)}
+        output = json.dumps({"success": True, "path": path, "bytes": size})
+    else:
+        name = "search_files"
+        arguments = {"pattern": f"{rng.choice(IDENTIFIERS)}", "path": "src"}
+        output = _fill(
+            rng, lambda: f"{_path(rng, topic)}:{rng.randint(1, 900)}: {rng.choice(IDENTIFIERS)}(", size
+        )
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+    return call, name, output
+
+
+def hermes_turn(rng: random.Random, topic: list[str], sid: str, stamp: float, serial: int) -> list[tuple]:
+    """Rows of one turn, ``(session_id, role, content, tool_call_id, tool_calls, tool_name,
+    timestamp, active)``: user, then (a coding turn) the assistant's calls and one tool row each,
+    then the assistant's words."""
+    rows = [(sid, "user", message_text(rng, topic), None, None, None, stamp, 1)]
+    if rng.random() < CODING_TURN:
+        made = [tool_call(rng, topic, f"call_{serial}_{k}") for k in range(rng.choice((1, 1, 2, 3)))]
+        calls = json.dumps([call for call, _, _ in made])
+        rows.append((sid, "assistant", None, None, calls, None, stamp + 1, 1))
+        for k, (call, name, output) in enumerate(made):
+            rows.append((sid, "tool", output, call["id"], None, name, stamp + 2 + k, 1))
+    rows.append((sid, "assistant", message_text(rng, topic), None, None, None, stamp + 5, 1))
+    return rows
 
 
 # --------------------------------------------------------------------------- plugin access (both revisions)
@@ -283,22 +411,34 @@ def build_state(root: Path, seed: int) -> dict:
     stamp = time.time() - 86400 * 400
     tool_sessions = set()
     rows: list[tuple] = []
+    serial = 0
     for index, (sid, _, n, topic) in enumerate(plan):
-        tools = rng.random() < 0.2
-        if tools:
+        if SHAPE == "hermes":  # every session codes: turns until the session has its n rows
             tool_sessions.add(sid)
-        for i in range(n):
-            role = "user" if i % 2 == 0 else "assistant"
-            rows.append((sid, role, message_text(rng, topic), stamp, 1))
-            stamp += 1.0
-            if tools and role == "assistant" and rng.random() < 0.5:
-                rows.append((sid, "tool", f'{{"ok": true, "lines": {rng.randint(1, 500)}}}', stamp, 1))
+            count = 0
+            while count < n:
+                turn = hermes_turn(rng, topic, sid, stamp, serial)
+                rows.extend(turn)
+                count += len(turn)
+                serial += 1
+                stamp += 6.0
+        else:
+            tools = rng.random() < 0.2
+            if tools:
+                tool_sessions.add(sid)
+            for i in range(n):
+                role = "user" if i % 2 == 0 else "assistant"
+                rows.append((sid, role, message_text(rng, topic), None, None, None, stamp, 1))
                 stamp += 1.0
+                if tools and role == "assistant" and rng.random() < 0.5:
+                    output = f'{{"ok": true, "lines": {rng.randint(1, 500)}}}'
+                    rows.append((sid, "tool", output, None, None, None, stamp, 1))
+                    stamp += 1.0
         if len(rows) > 20_000 or index == len(plan) - 1:
-            with conn:
+            with conn:  # Hermes's own table: its FTS triggers index content, tool_name, tool_calls
                 conn.executemany(
-                    "INSERT INTO messages (session_id, role, content, timestamp, active) "
-                    "VALUES (?, ?, ?, ?, ?)",
+                    "INSERT INTO messages (session_id, role, content, tool_call_id, tool_calls, "
+                    "tool_name, timestamp, active) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     rows,
                 )
             rows = []
@@ -328,6 +468,18 @@ def build_state(root: Path, seed: int) -> dict:
         "SELECT count(*) FROM messages WHERE role IN ('user', 'assistant')"
     ).fetchone()[0]
     manifest["sessions"] = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
+    manifest["shape"] = SHAPE
+    manifest["tool_rows"] = conn.execute("SELECT count(*) FROM messages WHERE role = 'tool'").fetchone()[0]
+    manifest["call_rows"] = conn.execute(
+        "SELECT count(*) FROM messages WHERE tool_calls IS NOT NULL"
+    ).fetchone()[0]
+    words, activity = conn.execute(
+        "SELECT sum(CASE WHEN role IN ('user', 'assistant') THEN length(coalesce(content, '')) END), "
+        "sum(CASE WHEN role = 'tool' THEN length(coalesce(content, '')) ELSE 0 END) "
+        "+ sum(length(coalesce(tool_calls, ''))) FROM messages"
+    ).fetchone()
+    manifest["tool_text_share"] = activity / (words + activity)  # of all characters: tool rows and calls
+    manifest["text_chars"] = words + activity
     conn.close()
     return manifest
 
@@ -460,6 +612,12 @@ def p50(values: list[float]) -> float:
     return 1000 * statistics.median(values)
 
 
+def p95(values: list[float]) -> float:
+    """Nearest rank, ms (issue 30 asks hybrid p95 against a baseline)."""
+    ordered = sorted(values)
+    return 1000 * ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
 class Timers:
     """Wall time spent in named plugin functions during one call (bench instrumentation)."""
 
@@ -472,6 +630,7 @@ class Timers:
             return
         spent = self.spent
 
+        @functools.wraps(original)
         def timed(*args: Any, **kwargs: Any) -> Any:
             t0 = time.perf_counter()
             try:
@@ -605,6 +764,8 @@ def time_queries(plugin: Any, hermes: Any, queries: list[str], fresh: str, repea
     return {
         "plugin_keyword_p50_ms": p50([v for q in queries for v in ours[q]]),
         "search_messages_p50_ms": p50([v for q in queries for v in theirs[q]]),
+        "plugin_keyword_p95_ms": p95([v for q in queries for v in ours[q]]),
+        "search_messages_p95_ms": p95([v for q in queries for v in theirs[q]]),
         "search_messages_or_p50_ms": p50(flat) if flat else None,
         "per_query_p50_ms": {
             q: [p50(ours[q]), p50(theirs[q]), p50(same[q]) if same[q] else None] for q in queries
@@ -649,7 +810,50 @@ def measure_keyword(manifest: dict, variant: str, source: Path | None, repeats: 
     hermes.search_messages("warm up", limit=10)
     timed = time_queries(plugin, hermes, QUERIES, big["fresh"], repeats)
     hermes.close()
-    return {**timed, "first_call_ms": 1000 * first, "second_call_ms": 1000 * second}
+    parts = reader_parts(plugin, big["fresh"])  # after the timed calls: the wrappers cost nothing there
+    return {
+        **timed,
+        "first_call_ms": 1000 * first,
+        "second_call_ms": 1000 * second,
+        "reader_parts_p50_ms": parts,
+    }
+
+
+READER_STEPS = (
+    "fts_messages",
+    "turn_openers",
+    "own_tool_results",
+    "session_titles",
+    "answer_windows",
+    "conversations_with",
+    "like_messages",
+)
+
+
+def reader_parts(plugin: Any, fresh: str) -> dict[str, float]:
+    """Where a warm keyword call's time goes: ``FullTextReader``'s reads (those a revision has),
+    p50 over one pass of the queries, ms."""
+    reader = getattr(getattr(getattr(plugin, "fulltext", None), "reader", None), "FullTextReader", None)
+    if reader is None:
+        return {}
+    timers = Timers()
+    for name in READER_STEPS:
+        timers.wrap(reader, name, name)
+    runs, parts = [], []
+    for query in QUERIES:
+        t0 = time.perf_counter()
+        layout.run_search(plugin, query, "keyword", 10, fresh)
+        runs.append(time.perf_counter() - t0)
+        parts.append(timers.take())
+    for name in READER_STEPS:
+        wrapped = getattr(reader, name, None)
+        if hasattr(wrapped, "__wrapped__"):
+            setattr(reader, name, wrapped.__wrapped__)
+    found = {k for part in parts for k in part}
+    return {
+        "wall": p50(runs),
+        **{k: statistics.median(part.get(k, 0.0) for part in parts) for k in sorted(found)},
+    }
 
 
 def measure_hybrid(
@@ -719,6 +923,7 @@ def measure_hybrid(
             parts.append(timers.take())
             assert result.get("semantic_status") == "ready"
     out["warm_p50_ms"] = p50(wall)  # everything included, the query embedding too
+    out["warm_p95_ms"] = p95(wall)
     out["warm_minus_embedding_p50_ms"] = p50(minus_embedding)
     out["warm_per_query_p50_ms"] = {q: p50(v) for q, v in per_query.items()}
     out["warm_query_embedding_p50_ms"] = p50(embed)
@@ -972,7 +1177,7 @@ def source_args(source: Path | None) -> list[str]:
 
 
 def scale_args() -> list[str]:
-    return ["--scale", str(SCALE)]
+    return ["--scale", str(SCALE), "--shape", SHAPE]
 
 
 def child(argv: list[str], **_: Any) -> dict:
@@ -1123,8 +1328,13 @@ def side_by_side(new: dict, old: dict) -> list[tuple[str, float, float]]:
         k, j = new["keyword"], old["keyword"]
         add("keyword p50 ms (largest project)", k, j, "plugin_keyword_p50_ms")
         add("  reference: Hermes search_messages p50 ms", k, j, "search_messages_p50_ms")
+        add("keyword p95 ms (largest project)", k, j, "plugin_keyword_p95_ms")
+        add("  reference: Hermes search_messages p95 ms", k, j, "search_messages_p95_ms")
         add("keyword first call of a process ms", k, j, "first_call_ms")
         add("keyword second call ms", k, j, "second_call_ms")
+        for part in k.get("reader_parts_p50_ms", {}):
+            label = "keyword p50 ms, the pass with reads timed" if part == "wall" else f"  in {part}"
+            add(f"{label} (FullTextReader)", k, j, "reader_parts_p50_ms", part)
     for h in new.get("hybrid", []):
         g = next((x for x in old.get("hybrid", []) if x["project"] == h["project"]), None)
         if g is None:
@@ -1134,6 +1344,7 @@ def side_by_side(new: dict, old: dict) -> list[tuple[str, float, float]]:
         add(f"hybrid {p}: first call ms (plugin's files evicted)", h, g, "evicted_first_ms")
         add(f"hybrid {p}: first call ms, model loaded first", h, g, "model_first", "first_ms")
         add(f"hybrid {p}: warm p50 ms", h, g, "warm_p50_ms")
+        add(f"hybrid {p}: warm p95 ms", h, g, "warm_p95_ms")
         add(f"hybrid {p}: RSS growth of the first call MiB", h, g, "rss_growth_mib")
         add(f"hybrid {p}: RSS growth, model loaded first MiB", h, g, "model_first", "rss_growth_mib")
         add(f"  reference: bare numpy warm p50 ms ({p})", h, g, "bare_numpy_warm_p50_ms")
@@ -1177,6 +1388,9 @@ def print_keyword(label: str, k: dict) -> None:
     same = k.get("search_messages_or_p50_ms")
     line = f"{label}: plugin {ours:.1f} ms, Hermes search_messages {theirs:.1f} ms"
     line += f" (ratio {ours / theirs:.2f})"
+    if "plugin_keyword_p95_ms" in k:
+        mine, hermes = k["plugin_keyword_p95_ms"], k["search_messages_p95_ms"]
+        line += f"; p95 {mine:.1f} / {hermes:.1f} ms ({mine / hermes:.2f})"
     if same:
         line += f"; search_messages with the plugin's terms ORed {same:.1f} ms (ratio {ours / same:.2f})"
     print(line)
@@ -1202,6 +1416,9 @@ def print_report(name: str, report: dict) -> None:
                     f"({ratios[-1]:.2f}x){ored}"
                 )
             print(f"  median of the per-query ratios: {statistics.median(ratios):.2f}x")
+        if k.get("reader_parts_p50_ms"):
+            parts = ", ".join(f"{name} {ms:.1f}" for name, ms in k["reader_parts_p50_ms"].items())
+            print(f"  one more pass, FullTextReader's reads timed, p50 ms: {parts}")
     if "zipf" in report:
         print_keyword("keyword, Zipf home (60k of 100k messages, 1-2 words, p50)", report["zipf"])
     if "hybrid" in report:
@@ -1216,6 +1433,14 @@ def print_report(name: str, report: dict) -> None:
                 f"{h['bare_numpy_warm_p50_ms']:.1f} | {h['matrix_mib']:.0f} | {h['rss_growth_mib']:.0f} "
                 f"({m['rss_growth_mib']:.0f}) |"
             )
+        for h in report["hybrid"]:
+            if "warm_p95_ms" in h:
+                warm, loaded = h["warm_p50_ms"], h["model_first"]["first_ms"]
+                print(
+                    f"  {h['project']}: warm p95 {h['warm_p95_ms']:.1f} ms; first call - warm p50 "
+                    f"{h['first_ms'] - warm:.0f} ms (model load included), {loaded - warm:.0f} ms "
+                    f"(model loaded first)"
+                )
         for h in report["hybrid"]:
             for label, run in (("first call", h), ("first call, model loaded first", h["model_first"])):
                 g = run.get("memory_growth_mib")
@@ -1301,6 +1526,9 @@ def main() -> None:
     parser.add_argument(
         "--scale", type=float, default=1.0, help="a smaller home of the same shape (quick look)"
     )
+    parser.add_argument(
+        "--shape", choices=SHAPES, default="default", help="hermes: coding turns as Hermes stores them"
+    )
     parser.add_argument("--rebuild", action="store_true")
     parser.add_argument("--only", default="keyword,zipf,hybrid,remote,index,local")
     parser.add_argument(
@@ -1320,7 +1548,7 @@ def main() -> None:
     parser.add_argument("--model-first", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--remote", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    set_scale(args.scale)
+    set_scale(args.scale, args.shape)
     if args.child:
         print(json.dumps(run_child(args)))
         return
@@ -1337,6 +1565,12 @@ def main() -> None:
             f"{t.get('state_total_s', 0):.0f} s (bulk messages {t['bulk_messages_s']:.0f} s), "
             f"cached in {ROOT}"
         )
+        if "tool_text_share" in manifest:
+            print(
+                f"  shape {manifest['shape']}: {manifest['tool_rows']:,} tool rows, "
+                f"{manifest['call_rows']:,} rows with tool_calls; tool rows and calls hold "
+                f"{manifest['tool_text_share']:.0%} of {manifest['text_chars'] / 1e6:.0f}M characters"
+            )
     report: dict = {"cpus": os.cpu_count(), "load_average_start": os.getloadavg()}
     variants: list[tuple[str, Path | None]] = [] if args.skip_new else [("new", None)]
     if args.baseline:
