@@ -281,6 +281,16 @@ class Found:
         keyword = {hit.message.session_id for hit in self.keyword.hits}
         return keyword | {hit.message.session_id for hit in self.semantic_hits}
 
+    def candidate_sessions(self) -> list[str]:
+        """The hits' sessions, each path's best first, taking turns between the two paths."""
+        paths = (
+            [hit.message.session_id for hit in self.keyword.hits],
+            [hit.message.session_id for hit in self.semantic_hits],
+        )
+        longest = max(len(path) for path in paths)
+        taken = (path[i] for i in range(longest) for path in paths if i < len(path))
+        return list(dict.fromkeys(taken))
+
 
 def semantic_hits(rows: Sequence[dict[str, Any]], in_scope: Mapping[str, str]) -> tuple[SemanticHit, ...]:
     """The semantic side's rows as the ranking reads them; a row outside the scope is dropped (both
@@ -415,7 +425,12 @@ class _Search:
                 found.sole_holder = sole_holder(self.reader, question.plan, self.searched, question.terms)
         if self.policy.recall_after_cited and (found.keyword.hits or found.semantic_hits):
             with self.reader.deadline(self.keyword_deadline):
-                found.cites = recall_citations(self.reader, found.session_ids(), self.scope.conversation_of)
+                found.cites = recall_citations(
+                    self.reader,
+                    found.candidate_sessions(),
+                    self.scope.conversation_of,
+                    self.policy.citation_conversations,
+                )
         return found
 
     def rank(self, question: Question, found: Found) -> tuple[tuple[Result, ...], bool]:

@@ -314,6 +314,7 @@ class FullTextReader:
         per_session: int = PER_SESSION_SCAN,
         with_content: bool = True,
         activity_per_session: int = 0,
+        activity_limit: int = 0,
     ) -> list[dict]:
         """Live user/assistant messages of the sessions in ``in_scope`` matching ``match``, best
         bm25 first.
@@ -342,7 +343,8 @@ class FullTextReader:
 
         ``activity_per_session``: also keep up to that many matching rows per session of what the
         agent did and saw (``tool`` rows, assistant rows with only ``tool_calls``), marked
-        ``activity``; they count towards no limit and are never results themselves: retrieval
+        ``activity``, the best ``activity_limit`` of them in all (each is looked up again for its
+        turn); they count towards no other limit and are never results themselves: retrieval
         credits them to the message that opened their turn (:meth:`turn_openers`; issue 30.1).
         """
         match = self._text_match(table, match)
@@ -365,7 +367,10 @@ class FullTextReader:
                 activity_per_session > 0,
             ):
                 if not spoken:
-                    if seen_activity.get(session_id, 0) < activity_per_session:
+                    if (
+                        seen_activity.get(session_id, 0) < activity_per_session
+                        and len(activity) < activity_limit
+                    ):
                         seen_activity[session_id] = seen_activity.get(session_id, 0) + 1
                         activity.append(
                             {"message_id": message_id, "session_id": session_id, "role": role, "rank": rank}

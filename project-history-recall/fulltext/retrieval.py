@@ -169,13 +169,23 @@ def cited_sessions(text: str) -> set[str]:
 
 
 def recall_citations(
-    reader: FullTextReader, candidates: Iterable[str], in_scope: Mapping[str, str]
+    reader: FullTextReader, candidates: Iterable[str], in_scope: Mapping[str, str], conversations: int
 ) -> dict[str, frozenset[str]]:
-    """Recall chats among the candidate sessions: conversation -> the other conversations of the
-    scope that its own ``project_history_search`` answers link (``ranking.rank`` never ranks a
-    recall chat above a conversation it cites). One bounded read of those sessions' tool rows
-    (:meth:`FullTextReader.own_tool_results`); a failed read cites nothing."""
-    sessions = [sid for sid in dict.fromkeys(candidates) if sid in in_scope]
+    """Recall chats among the candidate sessions (best first, as retrieval found them):
+    conversation -> the other conversations of the scope that its own ``project_history_search``
+    answers link (``ranking.rank`` never ranks a recall chat above a conversation it cites). Only
+    the sessions of the first ``conversations`` candidate conversations are read: the recall rules
+    only move a chat down, so one found further back is not shown either way. One bounded read of
+    those sessions' tool rows (:meth:`FullTextReader.own_tool_results`); a failed read cites
+    nothing."""
+    sessions: list[str] = []
+    counted: set[str] = set()
+    for sid in dict.fromkeys(candidates):
+        conversation = in_scope.get(sid)
+        if conversation is None or (conversation not in counted and len(counted) >= conversations):
+            continue
+        counted.add(conversation)
+        sessions.append(sid)
     if not sessions:
         return {}
     try:
@@ -465,6 +475,7 @@ def question_hits(
                 per_session=policy.ranked_per_session,
                 with_content=False,
                 activity_per_session=policy.activity_per_session if with_activity and weigh_activity else 0,
+                activity_limit=policy.activity_rows,
             )
         except sqlite3.OperationalError as error:
             if reader.stopped(error):

@@ -63,6 +63,9 @@ class RankingPolicy:
     activity_weight: float = 0.75
     #: Matching tool rows read per session for that, beside the ``ranked_per_session`` messages.
     activity_per_session: int = 3
+    #: And per FTS query, best first: each is looked up for its turn (a 100k-message project's
+    #: common words matched a thousand; scale.py --shape hermes). Transcripts: no project reaches it.
+    activity_rows: int = 100
     #: Conversations retrieval gathers before its fallback passes stop: the tool's largest
     #: ``limit``, so that the first results never depend on the ``limit`` asked for.
     gather_conversations: int = 10
@@ -163,6 +166,9 @@ class RankingPolicy:
     #: A recall chat whose every cited conversation is ranked goes after all the others: its place
     #: is worth more to one not shown yet (recall shape, tune half: MRR up, any@k equal).
     recall_shown_last: bool = True
+    #: Candidate conversations, best first, whose sessions are read for recall chats (each read
+    #: visits a session's tool rows; the rules only move a chat down, so later ones are not shown).
+    citation_conversations: int = 50
 
     # ---------------------------------------------------------------- relevance (calibrated)
     #: A result's relevance is the logistic of these times ln(its strength), whether it is first,
