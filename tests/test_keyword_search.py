@@ -1389,7 +1389,9 @@ def test_a_recall_chat_never_ranks_above_the_conversation_it_cites(world, plugin
     now = world.session(repo)
     ranked = session_ids(world.search(now, question, limit=5))
     assert ranked[0] == decision and {chat, unnamed} <= set(ranked)
-    use_policy(plugin, recall_after_cited=False, recall_shown_last=False)
+    use_policy(plugin, citation_conversations=0)  # no candidate read for recall chats: none moves
+    assert session_ids(world.search(now, question, limit=5)).index(decision) > 0
+    use_policy(plugin, citation_conversations=50, recall_after_cited=False, recall_shown_last=False)
     assert session_ids(world.search(now, question, limit=5)).index(decision) > 0
 
 

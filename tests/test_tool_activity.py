@@ -151,3 +151,34 @@ def test_text_matches_rank_above_tool_output_alone(world):
     )
     now = world.session(repo)
     assert session_ids(world.search(now, "QX_FLUSH_QUOTA", limit=5)) == [said, seen]
+
+
+def test_only_the_best_tool_rows_of_a_query_are_looked_up(world, plugin):
+    """``activity_rows`` bounds the tool rows looked up for their turn per FTS query, best bm25
+    first (a large project's common words match thousands): with 1, only the conversation whose
+    tool row matches best is found through its activity."""
+    repo = world.folder("alpha")
+    world.project("Alpha", repo)
+    strong, weak = world.session(repo), world.session(repo)
+    _turn(
+        world,
+        strong,
+        "check the worker",
+        "read_file",
+        {"path": "a.env"},
+        "QX_FLUSH_QUOTA=2 QX_FLUSH_QUOTA",
+        "ok",
+    )
+    _turn(
+        world,
+        weak,
+        "check the client",
+        "read_file",
+        {"path": "b.env"},
+        "QX_FLUSH_QUOTA=3 " + "pad " * 200,
+        "ok",
+    )
+    now = world.session(repo)
+    assert set(session_ids(world.search(now, "QX_FLUSH_QUOTA", limit=5))) == {strong, weak}
+    use_policy(plugin, activity_rows=1)
+    assert session_ids(world.search(now, "QX_FLUSH_QUOTA", limit=5)) == [strong]
