@@ -46,7 +46,12 @@ _SCOPE_SQL = "m.session_id IN (SELECT value FROM json_each(?))"
 _HAS_TEXT_SQL = "trim(m.content, char(32, 9, 10, 13)) != ''"
 # A row as a result could show it (user/assistant with text: 1), or what the agent did or saw (0).
 _SPOKEN_SQL = f"(m.role IN ('user', 'assistant') AND {_HAS_TEXT_SQL})"
-_ANY_ROW_SQL = "m.role IN ('user', 'assistant', 'tool')"
+
+
+def _rows_sql(activity: bool) -> str:
+    """The rows a match may be: user/assistant rows with text, and with ``activity`` also what
+    the agent did or saw (tool rows, assistant rows without text)."""
+    return "m.role IN ('user', 'assistant', 'tool')" if activity else _SPOKEN_SQL
 
 
 @dataclass
@@ -373,8 +378,15 @@ class FullTextReader:
                     ):
                         seen_activity[session_id] = seen_activity.get(session_id, 0) + 1
                         activity.append(
-                            {"message_id": message_id, "session_id": session_id, "role": role, "rank": rank}
-                            | {"timestamp": timestamp, "tool_meta": True, "activity": True}
+                            {
+                                "message_id": message_id,
+                                "session_id": session_id,
+                                "role": role,
+                                "rank": rank,
+                                "timestamp": timestamp,
+                                "tool_meta": True,
+                                "activity": True,
+                            }
                         )
                     continue
                 if taken.get(session_id, 0) >= per_session:
@@ -463,10 +475,10 @@ class FullTextReader:
         a JSON list (``?``): the plan for a scope whose ids this process does not hold (``CROSS
         JOIN`` keeps the FTS table outer: driven from the scope's sessions, SQLite would re-run the
         MATCH per message)."""
-        rows = _ANY_ROW_SQL if activity else f"m.role IN ('user', 'assistant') AND {_HAS_TEXT_SQL}"
         return (
             f"SELECT {columns} FROM {table} f CROSS JOIN messages m ON m.id = f.rowid "
-            f"WHERE {table} MATCH ? AND {rows} AND {self.schema.live_message_sql} AND {_SCOPE_SQL}"
+            f"WHERE {table} MATCH ? AND {_rows_sql(activity)} AND {self.schema.live_message_sql} "
+            f"AND {_SCOPE_SQL}"
         )
 
     @property
@@ -485,10 +497,9 @@ class FullTextReader:
         """(session, role, timestamp, tool_meta, spoken) of those of these messages that are live
         user/assistant rows with text (``spoken`` 1), and with ``activity`` also live tool rows
         and assistant rows without text (``spoken`` 0)."""
-        rows = _ANY_ROW_SQL if activity else f"m.role IN ('user', 'assistant') AND {_HAS_TEXT_SQL}"
         found = self.conn.execute(
             f"SELECT m.id, m.session_id, m.role, m.timestamp, {self._tool_meta_sql}, {_SPOKEN_SQL} "
-            f"FROM messages m WHERE m.id IN (SELECT value FROM json_each(?)) AND {rows} "
+            f"FROM messages m WHERE m.id IN (SELECT value FROM json_each(?)) AND {_rows_sql(activity)} "
             f"AND {self.schema.live_message_sql}",
             (json.dumps(list(message_ids)),),
         ).fetchall()
@@ -505,24 +516,11 @@ class FullTextReader:
         ids = list(dict.fromkeys(message_ids))
         if not ids:
             return {}
-        columns = self.schema.message_columns
-        own: list[str] = []
         named: dict[str, Any] = {f"own{i}": tool for i, tool in enumerate(own_tools)}
-        names = ", ".join(f":{key}" for key in named) or "NULL"
-        if "tool_name" in columns:
-            own.append(f"COALESCE(t.tool_name, '') IN ({names})")
-        calls = " OR ".join(f"instr({{calls}}, :{key}) > 0" for key in named) or "0"
-        if "tool_calls" in columns:
-            own.append("(" + calls.format(calls="COALESCE(t.tool_calls, '')") + ")")
-            if "tool_call_id" in columns:  # a tool row without its name answers a call of an own tool
-                own.append(
-                    "(t.role = 'tool' AND t.tool_call_id IS NOT NULL AND EXISTS (SELECT 1 FROM messages a "
-                    "WHERE a.session_id = t.session_id AND a.role = 'assistant' AND a.id < t.id "
-                    "AND instr(COALESCE(a.tool_calls, ''), t.tool_call_id) > 0 AND ("
-                    + calls.format(calls="COALESCE(a.tool_calls, '')")
-                    + ")))"
-                )
-        not_own = f"NOT ({' OR '.join(own)})" if own else "1"
+        own = [self._results_of_sql("t", list(named))]
+        if "tool_calls" in self.schema.message_columns:  # an assistant row calling one
+            own += [f"instr(COALESCE(t.tool_calls, ''), :{key}) > 0" for key in named]
+        not_own = f"NOT ({' OR '.join(own)})"
         named["ids"] = json.dumps(ids)
         rows = self.conn.execute(
             f"""
@@ -571,27 +569,36 @@ class FullTextReader:
         of role ``tool`` named ``tool``, or answering a call of ``tool`` in the same session's
         assistant ``tool_calls``; at most ``limit`` rows, the first ``chars`` characters of each.
         A chat that holds one recalled other conversations (``retrieval.recall_citations``)."""
-        columns = self.schema.message_columns
-        named = []
-        if "tool_name" in columns:
-            named.append("m.tool_name = :tool")
-        if {"tool_call_id", "tool_calls"} <= columns:  # a row without its name answers a call of it
-            unnamed = "m.tool_name IS NULL AND " if "tool_name" in columns else ""
-            named.append(
-                f"({unnamed}m.tool_call_id IN (SELECT json_extract(c.value, '$.id') FROM messages a, "
-                "json_each(a.tool_calls) c WHERE a.session_id = m.session_id AND a.role = 'assistant' "
-                "AND a.tool_calls LIKE '%' || :tool || '%' AND json_valid(a.tool_calls) "
-                "AND json_extract(c.value, '$.function.name') = :tool))"
-            )
-        if not named:
+        own = self._results_of_sql("m", ["tool"])
+        if own == "0":
             return []
         rows = self.conn.execute(
             "SELECT m.session_id, substr(m.content, 1, :chars) FROM messages m "
             "WHERE m.session_id IN (SELECT value FROM json_each(:sessions)) AND m.role = 'tool' "
-            f"AND {self.schema.live_message_sql} AND ({' OR '.join(named)}) ORDER BY m.id LIMIT :limit",
+            f"AND {self.schema.live_message_sql} AND {own} ORDER BY m.id LIMIT :limit",
             {"tool": tool, "chars": chars, "sessions": json.dumps(sorted(set(session_ids))), "limit": limit},
         ).fetchall()
         return [(row[0], row[1] or "") for row in rows]
+
+    def _results_of_sql(self, alias: str, keys: Sequence[str]) -> str:
+        """Is the message row ``alias`` a result of one of the tools named by the parameters
+        ``keys``: a ``tool`` row named so, or, without its name, answering a call of one in its
+        session's assistant ``tool_calls``? ("0" when the schema can tell neither.)"""
+        columns = self.schema.message_columns
+        tools = ", ".join(f":{key}" for key in keys)
+        found = []
+        if "tool_name" in columns:
+            found.append(f"({alias}.role = 'tool' AND {alias}.tool_name IN ({tools}))")
+        if {"tool_call_id", "tool_calls"} <= columns:  # a row without its name answers a call of it
+            unnamed = f"{alias}.tool_name IS NULL AND " if "tool_name" in columns else ""
+            mentions = " OR ".join(f"a.tool_calls LIKE '%' || :{key} || '%'" for key in keys)
+            found.append(
+                f"({alias}.role = 'tool' AND {unnamed}{alias}.tool_call_id IN ("
+                "SELECT json_extract(c.value, '$.id') FROM messages a, json_each(a.tool_calls) c "
+                f"WHERE a.session_id = {alias}.session_id AND a.role = 'assistant' AND ({mentions}) "
+                f"AND json_valid(a.tool_calls) AND json_extract(c.value, '$.function.name') IN ({tools})))"
+            )
+        return f"({' OR '.join(found)})" if found else "0"
 
     def session_titles(
         self, session_ids: Sequence[str], needles: Sequence[str]
