@@ -29,6 +29,7 @@ import sqlite3
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -257,6 +258,21 @@ class HermesEnv:
 
 
 # =========================================================================== the databases
+
+
+def replace_private_file(path: Path, text: str) -> None:
+    """Replace one of the plugin's own small files in its data folder (:attr:`HermesEnv.data_dir`:
+    consent, the forgotten conversations) whole: written to a unique temporary name created 0600,
+    then renamed over ``path``, so a reader sees the old file or the new one, never a part. The
+    caller holds the file's lock."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def connect_readonly(path: Path, timeout: float = BUSY_TIMEOUT_SECONDS) -> sqlite3.Connection:

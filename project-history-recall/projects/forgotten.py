@@ -20,10 +20,11 @@ import json
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from ..store import replace_private_file
 
 FILE_NAME = "forgotten.json"
 LOCK_NAME = "forgotten.lock"
@@ -97,15 +98,8 @@ def update(data_dir: Path, change: Callable[[dict[str, dict[str, Any]]], bool]) 
         fcntl.flock(lock, fcntl.LOCK_EX)  # held for one small file's read and write
         entries = read_entries(data_dir)
         if change(entries):
-            path = data_dir / FILE_NAME
-            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                    handle.write(json.dumps({"version": 1, "conversations": entries}, indent=2) + "\n")
-                os.replace(tmp, path)
-            finally:
-                tmp.unlink(missing_ok=True)
+            record = {"version": 1, "conversations": entries}
+            replace_private_file(data_dir / FILE_NAME, json.dumps(record, indent=2) + "\n")
         return entries
     finally:
         os.close(lock)

@@ -12,13 +12,12 @@ import fcntl
 import json
 import logging
 import os
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..attribution import project_key
 from ..config_schema import EmbeddingSettings, endpoint_of, endpoint_secret
-from ..store import HermesEnv, command_line
+from ..store import HermesEnv, command_line, replace_private_file
 from .index_store import open_lock_file
 
 logger = logging.getLogger(__name__)
@@ -111,14 +110,7 @@ def update_consent(
         fcntl.flock(lock, fcntl.LOCK_EX)
         record = change(read_consent(env))
         if record is not None:
-            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                    handle.write(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
-                os.replace(tmp, path)
-            finally:
-                tmp.unlink(missing_ok=True)
+            replace_private_file(path, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
         return record
     finally:
         os.close(lock)
