@@ -12,6 +12,35 @@ from __future__ import annotations
 import pytest
 from harness import enable_plugin, session_ids, use_policy
 
+CONVERSATIONS = [  # (attribute, title, the user's words, the reply)
+    (
+        "migration",
+        "数据库迁移报错",
+        "跑 alembic upgrade head 的时候报错了：duplicate column name: email",
+        "迁移脚本里重复加了 email 列，删掉第二个 op.add_column 再跑一次就好了。",
+    ),
+    ("deploy", "部署脚本位置", "deploy.sh 挪到哪个目录了？", "移到 ops/bin/ 下面了，CI 也改成从那里调用。"),
+    (
+        "login",
+        "登录超时",
+        "用户反映十分钟不操作就被踢出去",
+        "session cookie 的 max_age 改成了 1800 秒，闲置半小时才会失效。",
+    ),
+    (
+        "flaky",
+        "Flaky payments tests",
+        "The suite in GitHub Actions fails one run in five with a random timeout",
+        "Added pytest-rerunfailures with --reruns 2 and pinned the stripe mock server.",
+    ),
+    ("npm", "前端依赖安装", "npm install 报错 peer dependency 冲突", "加了 --legacy-peer-deps 就好了。"),
+    (
+        "css",
+        "Button sizes on mobile",
+        "The payments page renders its buttons too small on mobile",
+        "Fixed the CSS.",
+    ),
+]
+
 
 @pytest.fixture
 def history(world):
@@ -19,54 +48,8 @@ def history(world):
     share words of the questions in their messages."""
     repo = world.folder("shop")
     world.project("Shop", repo)
-    world.migration = world.session(
-        repo,
-        [
-            ("user", "跑 alembic upgrade head 的时候报错了：duplicate column name: email"),
-            ("assistant", "迁移脚本里重复加了 email 列，删掉第二个 op.add_column 再跑一次就好了。"),
-        ],
-        title="数据库迁移报错",
-    )
-    world.deploy = world.session(
-        repo,
-        [
-            ("user", "deploy.sh 挪到哪个目录了？"),
-            ("assistant", "移到 ops/bin/ 下面了，CI 也改成从那里调用。"),
-        ],
-        title="部署脚本位置",
-    )
-    world.login = world.session(
-        repo,
-        [
-            ("user", "用户反映十分钟不操作就被踢出去"),
-            ("assistant", "session cookie 的 max_age 改成了 1800 秒，闲置半小时才会失效。"),
-        ],
-        title="登录超时",
-    )
-    world.flaky = world.session(
-        repo,
-        [
-            ("user", "The suite in GitHub Actions fails one run in five with a random timeout"),
-            ("assistant", "Added pytest-rerunfailures with --reruns 2 and pinned the stripe mock server."),
-        ],
-        title="Flaky payments tests",
-    )
-    world.npm = world.session(
-        repo,
-        [
-            ("user", "npm install 报错 peer dependency 冲突"),
-            ("assistant", "加了 --legacy-peer-deps 就好了。"),
-        ],
-        title="前端依赖安装",
-    )
-    world.css = world.session(
-        repo,
-        [
-            ("user", "The payments page renders its buttons too small on mobile"),
-            ("assistant", "Fixed the CSS."),
-        ],
-        title="Button sizes on mobile",
-    )
+    for name, title, user, reply in CONVERSATIONS:
+        setattr(world, name, world.session(repo, [("user", user), ("assistant", reply)], title=title))
     world.current = world.session(repo, [("user", "hi")])
     return world
 
