@@ -295,5 +295,15 @@ def use_policy(plugin, **changes: Any) -> None:
     state.policy = replace(state.policy, **changes)
 
 
+def use_embedding_server(server: Any, **settings: Any) -> None:
+    """Point the current home's plugin at ``server`` (the tests' OpenAI-compatible embedder) in
+    config.yaml, through Hermes's own ``save_config`` as a user's edit would, with ``settings``
+    on top."""
+    from hermes_cli.config import save_config
+
+    embedding = {"model": "e5-small", "base_url": server.base_url, "input_type": True, **settings}
+    save_config({"plugins": {"project-history-recall": {"embedding": embedding}}}, merge_existing=True)
+
+
 def session_ids(result: dict) -> list[str]:
     return [r["session_id"] for r in result.get("results", [])]

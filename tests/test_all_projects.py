@@ -8,7 +8,7 @@ projects; each result names its project, the current conversation is never among
 from __future__ import annotations
 
 import pytest
-from harness import enable_plugin, run_hermes, session_ids
+from harness import enable_plugin, run_hermes, session_ids, use_embedding_server
 
 
 def explicit(pid: str, name: str) -> dict:
@@ -143,19 +143,11 @@ def test_hybrid_all_is_semantic_only_where_consented(world, plugin):
     """Consent for A only: A's tier answers semantically (a synonym keyword misses), Home's and B's
     by keyword, the answer says so, and no text of theirs reaches the provider."""
     from embedding_server import EmbeddingServer
-    from hermes_cli.config import save_config
 
     w = world
     with EmbeddingServer() as server:
         plugin.reset_process_state()
-        embedding = {
-            "enabled": True,
-            "model": "e5-small",
-            "base_url": server.base_url,
-            "input_type": True,
-            "index_budget_seconds": 60,
-        }
-        save_config({"plugins": {"project-history-recall": {"embedding": embedding}}}, merge_existing=True)
+        use_embedding_server(server, enabled=True, index_budget_seconds=60)
         a_dir, b_dir, home_dir = w.folder("a", git=True), w.folder("b", git=True), w.folder("scratch")
         a, b = w.project("A", a_dir), w.project("B", b_dir)
         env = plugin.store.HermesEnv.current()

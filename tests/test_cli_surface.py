@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 from embedding_server import EmbeddingServer
-from harness import HERMES, enable_plugin, run_hermes
+from harness import HERMES, enable_plugin, run_hermes, use_embedding_server
 
 KEY = "sk-test-surface"
 
@@ -27,10 +27,7 @@ def cli_world(world, server, monkeypatch):
     enable_plugin(world.home)
     (world.home / ".env").write_text(f"PROJECT_HISTORY_EMBEDDING_API_KEY={KEY}\n")
     monkeypatch.delenv("PROJECT_HISTORY_EMBEDDING_API_KEY", raising=False)
-    from hermes_cli.config import save_config
-
-    embedding = {"model": "e5-small", "base_url": server.base_url, "input_type": True}
-    save_config({"plugins": {"project-history-recall": {"embedding": embedding}}}, merge_existing=True)
+    use_embedding_server(server)
     alpha = world.folder("alpha", git=True)
     world.alpha = alpha
     world.alpha_id = world.project("Alpha", alpha)

@@ -12,7 +12,7 @@ import sqlite3
 
 import pytest
 from embedding_server import EmbeddingServer
-from harness import enable_plugin, run_hermes, session_ids
+from harness import enable_plugin, run_hermes, session_ids, use_embedding_server
 
 SECRET = "sk-test-SECRET-4242-do-not-leak"
 
@@ -29,15 +29,7 @@ def setup(world, server, monkeypatch):
     enable_plugin(world.home)
     (world.home / ".env").write_text(f"PROJECT_HISTORY_EMBEDDING_API_KEY={SECRET}\n")
     monkeypatch.delenv("PROJECT_HISTORY_EMBEDDING_API_KEY", raising=False)
-    from hermes_cli.config import save_config
-
-    embedding = {
-        "model": "e5-small",
-        "base_url": server.base_url,
-        "input_type": True,
-        "index_budget_seconds": 60,
-    }
-    save_config({"plugins": {"project-history-recall": {"embedding": embedding}}}, merge_existing=True)
+    use_embedding_server(server, index_budget_seconds=60)
     alpha = world.folder("alpha", git=True)
     beta = world.folder("beta", git=True)
     world.alpha_id = world.project("Alpha", alpha)

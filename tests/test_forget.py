@@ -13,7 +13,7 @@ import sqlite3
 
 import pytest
 from embedding_server import EmbeddingServer
-from harness import enable_plugin, new_session_id, run_hermes, session_ids
+from harness import enable_plugin, new_session_id, run_hermes, session_ids, use_embedding_server
 
 DATA = "plugins/project-history-recall"
 MODES = ("keyword", "semantic", "hybrid")
@@ -34,10 +34,7 @@ def setup(world, server):
     """Project Alpha: a kept conversation, a compressed chain of two sessions about zebrafish
     (forgotten by the test) and the current conversation; an endpoint configured."""
     enable_plugin(world.home)
-    from hermes_cli.config import save_config
-
-    embedding = {"model": "e5-small", "base_url": server.base_url, "input_type": True}
-    save_config({"plugins": {"project-history-recall": {"embedding": embedding}}}, merge_existing=True)
+    use_embedding_server(server)
     alpha = world.folder("alpha", git=True)
     world.alpha_id = world.project("Alpha", alpha)
     world.kept = world.session(

@@ -10,7 +10,7 @@ from datetime import datetime
 
 import pytest
 from embedding_server import EmbeddingServer
-from harness import enable_plugin, run_hermes, session_ids
+from harness import enable_plugin, run_hermes, session_ids, use_embedding_server
 
 MODES = ("keyword", "semantic", "hybrid")
 FORM = "(use a date like 2026-11-20 or a span like 7d or 2w)"
@@ -35,10 +35,7 @@ def billing(world, server):
     """Project Alpha: billing work before 2026-11-20 (``old``), in the window (``recent``), and a
     conversation with a billing message on each side of the window's start (``both``)."""
     enable_plugin(world.home)
-    from hermes_cli.config import save_config
-
-    embedding = {"model": "e5-small", "base_url": server.base_url, "input_type": True}
-    save_config({"plugins": {"project-history-recall": {"embedding": embedding}}}, merge_existing=True)
+    use_embedding_server(server)
     alpha = world.folder("alpha", git=True)
     world.alpha = alpha
     world.project("Alpha", alpha)

@@ -111,18 +111,11 @@ def test_hybrid_gets_the_title_through_its_keyword_side(history, plugin):
     # A real embedding model behind an OpenAI-compatible server on 127.0.0.1, as the guarantees
     # suite runs it: the title-only conversation is first in hybrid mode too.
     from embedding_server import EmbeddingServer
-    from harness import run_hermes
-    from hermes_cli.config import save_config
+    from harness import run_hermes, use_embedding_server
 
     enable_plugin(history.home)
     with EmbeddingServer() as server:
-        embedding = {
-            "model": "e5-small",
-            "base_url": server.base_url,
-            "input_type": True,
-            "index_budget_seconds": 30,
-        }
-        save_config({"plugins": {"project-history-recall": {"embedding": embedding}}}, merge_existing=True)
+        use_embedding_server(server, index_budget_seconds=30)
         done = run_hermes(history.home, "project-history", "enable", "--yes", "--all-projects")
         assert done.returncode == 0, done.stderr
         plugin.reset_process_state()
