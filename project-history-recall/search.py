@@ -278,8 +278,7 @@ class Found:
         return Signals(self.keyword, self.semantic_hits, self.sole_holder, self.cites)
 
     def session_ids(self) -> set[str]:
-        keyword = {hit.message.session_id for hit in self.keyword.hits}
-        return keyword | {hit.message.session_id for hit in self.semantic_hits}
+        return set(self.candidate_sessions())
 
     def candidate_sessions(self) -> list[str]:
         """The hits' sessions, each path's best first, taking turns between the two paths."""
