@@ -302,8 +302,31 @@ def hermes_turn(rng: random.Random, topic: list[str], sid: str, stamp: float, se
 
 
 def activate(home: Path, source: Path | None) -> Any:
-    """Point Hermes at ``home``, install this checkout or ``source`` there, load it; the package."""
+    """Point Hermes at ``home``, install this checkout or ``source`` there, load it; the package.
+
+    A cached home keeps the local model's folder as it was when its index was built; a home
+    copied from another checkout names a folder gone since, and every keyword search would then
+    try to load the model to learn its identity, fail and log the failure, timed with the search.
+    Such a path is pointed at this checkout's MiniLM folder (the same model) first."""
+    repoint_local_model(home)
     return world.activate(home, source)
+
+
+def repoint_local_model(home: Path) -> None:
+    import yaml
+
+    path = home / "config.yaml"
+    if not path.is_file():
+        return
+    config = yaml.safe_load(path.read_text()) or {}
+    embedding = (config.get("plugins") or {}).get(world.PLUGIN_KEY, {}).get("embedding") or {}
+    folder = embedding.get("model_path")
+    if embedding.get("provider") != "local" or not folder or Path(folder).is_dir():
+        return
+    import models
+
+    embedding["model_path"] = str(models.minilm_model_dir())
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
 def configure(plugin: Any, embedding: dict[str, Any] | None = None) -> Any:
