@@ -42,8 +42,13 @@ _now = time.monotonic  # the deadline's clock
 _SCOPE_SQL = "m.session_id IN (SELECT value FROM json_each(?))"
 # A message with no text is never a result: Hermes's FTS tables index content || tool_name ||
 # tool_calls, so an assistant row that only called a tool matches on the tool's name. (trim, not
-# length: SQLite's length stops at the NUL that starts a multimodal row.)
-_HAS_TEXT_SQL = "trim(m.content, char(32, 9, 10, 13)) != ''"
+# length: SQLite's length stops at the NUL that starts a multimodal row.) The first characters are
+# looked at first: trim copies what it keeps, the whole of a long message, for every row checked.
+_WHITESPACE = "char(32, 9, 10, 13)"
+_HAS_TEXT_SQL = (
+    f"(CASE WHEN trim(substr(m.content, 1, 64), {_WHITESPACE}) != '' THEN 1 "
+    f"ELSE trim(m.content, {_WHITESPACE}) != '' END)"
+)
 # A row as a result could show it (user/assistant with text: 1), or what the agent did or saw (0).
 _SPOKEN_SQL = f"(m.role IN ('user', 'assistant') AND {_HAS_TEXT_SQL})"
 
@@ -519,14 +524,23 @@ class FullTextReader:
         named: dict[str, Any] = {f"own{i}": tool for i, tool in enumerate(own_tools)}
         own = [self._results_of_sql("t", list(named))]
         if "tool_calls" in self.schema.message_columns:  # an assistant row calling one
-            own += [f"instr(COALESCE(t.tool_calls, ''), :{key}) > 0" for key in named]
+            own += [
+                f"(t.role = 'assistant' AND instr(COALESCE(t.tool_calls, ''), :{key}) > 0)" for key in named
+            ]
         not_own = f"NOT ({' OR '.join(own)})"
         named["ids"] = json.dumps(ids)
+        # The opener is found walking back from the row in id order (a turn's rows follow its
+        # user message), no further than the session's first row: a lookup by session would read
+        # every row of the session and sort them, per row of activity (most of this read's time
+        # on a large project). ``+`` keeps SQLite from taking the session index instead.
         rows = self.conn.execute(
             f"""
             WITH opened AS (
                 SELECT t.id AS id, (
-                    SELECT m.id FROM messages m WHERE m.session_id = t.session_id AND m.id < t.id
+                    SELECT m.id FROM messages m
+                    WHERE m.id < t.id AND m.id >= (
+                        SELECT min(f.id) FROM messages f WHERE f.session_id = t.session_id
+                      ) AND +m.session_id = t.session_id
                       AND m.role = 'user' AND {self.schema.live_message_sql} AND {_HAS_TEXT_SQL}
                     ORDER BY m.id DESC LIMIT 1
                 ) AS opener
@@ -572,53 +586,83 @@ class FullTextReader:
         own = self._results_of_sql("m", ["tool"])
         if own == "0":
             return []
+        sessions = self._sessions_naming(session_ids, tool)
+        if not sessions:
+            return []
         rows = self.conn.execute(
             "SELECT m.session_id, substr(m.content, 1, :chars) FROM messages m "
             "WHERE m.session_id IN (SELECT value FROM json_each(:sessions)) AND m.role = 'tool' "
             f"AND {self.schema.live_message_sql} AND {own} ORDER BY m.id LIMIT :limit",
-            {"tool": tool, "chars": chars, "sessions": json.dumps(sorted(set(session_ids))), "limit": limit},
+            {"tool": tool, "chars": chars, "sessions": json.dumps(sorted(sessions)), "limit": limit},
         ).fetchall()
         return [(row[0], row[1] or "") for row in rows]
+
+    def _sessions_naming(self, session_ids: Iterable[str], tool: str) -> set[str]:
+        """Those of these sessions with a row whose indexed text names ``tool``: every result of a
+        tool names it in the FTS table, as its ``tool_name`` or in its session's assistant
+        ``tool_calls`` (both indexed with the text), so :meth:`own_tool_results` reads the rows of
+        these few sessions instead of every tool row of every candidate. All of them without an
+        FTS table."""
+        wanted = set(session_ids)
+        if not self.schema.fts_columns:
+            return wanted
+        rows = self.conn.execute(
+            "SELECT DISTINCT m.session_id FROM messages_fts f CROSS JOIN messages m ON m.id = f.rowid "
+            f"WHERE messages_fts MATCH ? AND {_SCOPE_SQL}",
+            ('"' + tool.replace('"', '""') + '"', json.dumps(sorted(wanted))),
+        ).fetchall()
+        return {row[0] for row in rows}
 
     def _results_of_sql(self, alias: str, keys: Sequence[str]) -> str:
         """Is the message row ``alias`` a result of one of the tools named by the parameters
         ``keys``: a ``tool`` row named so, or, without its name, answering a call of one in its
-        session's assistant ``tool_calls``? ("0" when the schema can tell neither.)"""
+        session's assistant ``tool_calls``? ("0" when the schema can tell neither.) Never NULL (``NOT``
+        of a NULL would drop the row), and plain ``AND``/``OR`` terms a ``WHERE`` clause can stop
+        at the first that decides: inside an expression such as ``COALESCE`` SQLite computes
+        every term, the correlated subquery too, for every row."""
         columns = self.schema.message_columns
         tools = ", ".join(f":{key}" for key in keys)
         found = []
         if "tool_name" in columns:
-            found.append(f"({alias}.role = 'tool' AND {alias}.tool_name IN ({tools}))")
+            named = f"{alias}.tool_name IS NOT NULL AND {alias}.tool_name IN ({tools})"
+            found.append(f"({alias}.role = 'tool' AND {named})")
         if {"tool_call_id", "tool_calls"} <= columns:  # a row without its name answers a call of it
             unnamed = f"{alias}.tool_name IS NULL AND " if "tool_name" in columns else ""
             mentions = " OR ".join(f"a.tool_calls LIKE '%' || :{key} || '%'" for key in keys)
             found.append(
-                f"({alias}.role = 'tool' AND {unnamed}{alias}.tool_call_id IN ("
+                f"({alias}.role = 'tool' AND {unnamed}{alias}.tool_call_id IS NOT NULL "
+                f"AND {alias}.tool_call_id IN ("
                 "SELECT json_extract(c.value, '$.id') FROM messages a, json_each(a.tool_calls) c "
                 f"WHERE a.session_id = {alias}.session_id AND a.role = 'assistant' AND ({mentions}) "
-                f"AND json_valid(a.tool_calls) AND json_extract(c.value, '$.function.name') IN ({tools})))"
+                f"AND json_valid(a.tool_calls) AND json_extract(c.value, '$.function.name') IN ({tools}) "
+                "AND json_extract(c.value, '$.id') IS NOT NULL))"
             )
         return f"({' OR '.join(found)})" if found else "0"
 
     def session_titles(
         self, session_ids: Sequence[str], needles: Sequence[str]
     ) -> tuple[int, list[int], list[tuple[str, str]]]:
-        """Of these sessions' titles (Hermes's one-line summaries): how many there are, how many
-        hold each of ``needles`` (lowercase, as a substring of the ASCII-lowercased title), and
-        (session, title) of those that hold one or more. SQLite's ``instr`` does the substring
-        work, so the thousands of titles of a large project never reach Python."""
+        """Of these sessions' titles (Hermes's one-line summaries), when one or more hold one of
+        ``needles`` (lowercase, as a substring of the ASCII-lowercased title): how many titles there
+        are, how many hold each needle, and (session, title) of those that hold one; else
+        ``(0, [0, ...], [])``. SQLite's ``instr`` does the substring work and a window counts in
+        the same pass, so the thousands of titles of a large project never reach Python."""
         if "title" not in self.schema.session_columns or not session_ids or not needles:
             return 0, [0] * len(needles), []
         holds = [f"(instr(lower(s.title), :n{i}) > 0)" for i in range(len(needles))]
         named: dict[str, Any] = {f"n{i}": needle for i, needle in enumerate(needles)}
         named["ids"] = json.dumps(list(session_ids))
-        scope = "s.id IN (SELECT value FROM json_each(:ids)) AND s.title IS NOT NULL AND s.title != ''"
-        sums = ", ".join(f"coalesce(sum({h}), 0)" for h in holds)
-        counts = self.conn.execute(f"SELECT count(*), {sums} FROM sessions s WHERE {scope}", named).fetchone()
+        sums = ", ".join(f"sum({h}) OVER () AS c{i}" for i, h in enumerate(holds))
         rows = self.conn.execute(
-            f"SELECT s.id, s.title FROM sessions s WHERE {scope} AND ({' OR '.join(holds)})", named
+            f"SELECT * FROM (SELECT s.id, s.title, ({' OR '.join(holds)}) AS held, "
+            f"count(*) OVER () AS total, {sums} FROM sessions s "
+            "WHERE s.id IN (SELECT value FROM json_each(:ids)) AND s.title IS NOT NULL AND s.title != '') "
+            "WHERE held",
+            named,
         ).fetchall()
-        return counts[0], list(counts[1:]), [(row[0], row[1]) for row in rows]
+        if not rows:
+            return 0, [0] * len(needles), []
+        return rows[0][3], list(rows[0][4:]), [(row[0], row[1]) for row in rows]
 
     def first_user_messages(self, session_ids: Sequence[str]) -> dict[str, tuple[int, Any]]:
         """session -> (id, timestamp) of its first live user message with text (what a result
@@ -674,29 +718,34 @@ class FullTextReader:
         if not ids:
             return {}
         live = self.schema.live_message_sql
+        # Each lookup walks the table in id order from the hit, within its session's first and
+        # last ids (``+`` keeps SQLite from taking the session index, which reads and sorts every
+        # row of the session per hit), as :meth:`turn_openers` does.
         sql = f"""
             WITH hit AS (
-                SELECT m.id AS id, m.session_id AS sid, m.role AS role
+                SELECT m.id AS id, m.session_id AS sid, m.role AS role,
+                  (SELECT min(f.id) FROM messages f WHERE f.session_id = m.session_id) AS first,
+                  (SELECT max(f.id) FROM messages f WHERE f.session_id = m.session_id) AS last
                 FROM json_each(?) AS wanted CROSS JOIN messages m ON m.id = wanted.value
                 WHERE m.role IN ('user', 'assistant')
             ),
             turn AS (
                 SELECT hit.id, hit.sid, COALESCE((
-                    SELECT m.id FROM messages m WHERE m.session_id = hit.sid AND m.id > hit.id
-                      AND m.role = 'user' AND {live} ORDER BY m.id LIMIT 1
-                ), 9223372036854775807) AS ends
+                    SELECT m.id FROM messages m WHERE m.id > hit.id AND m.id <= hit.last
+                      AND +m.session_id = hit.sid AND m.role = 'user' AND {live} ORDER BY m.id LIMIT 1
+                ), hit.last + 1) AS ends
                 FROM hit WHERE hit.role = 'user'
             ),
             near AS (
                 SELECT turn.id AS hit_id, (
-                    SELECT m.id FROM messages m WHERE m.session_id = turn.sid AND m.id > turn.id
-                      AND m.id < turn.ends AND m.role = 'assistant' AND {live} AND {_HAS_TEXT_SQL}
+                    SELECT m.id FROM messages m WHERE m.id > turn.id AND m.id < turn.ends
+                      AND +m.session_id = turn.sid AND m.role = 'assistant' AND {live} AND {_HAS_TEXT_SQL}
                     ORDER BY m.id DESC LIMIT 1
                 ) AS near_id FROM turn
                 UNION ALL
                 SELECT hit.id, (
-                    SELECT m.id FROM messages m WHERE m.session_id = hit.sid AND m.id < hit.id
-                      AND m.role = 'user' AND {live} AND {_HAS_TEXT_SQL}
+                    SELECT m.id FROM messages m WHERE m.id < hit.id AND m.id >= hit.first
+                      AND +m.session_id = hit.sid AND m.role = 'user' AND {live} AND {_HAS_TEXT_SQL}
                     ORDER BY m.id DESC LIMIT 1
                 ) FROM hit WHERE hit.role = 'assistant'
             )
