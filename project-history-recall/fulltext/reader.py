@@ -374,7 +374,7 @@ class FullTextReader:
                 in_scope,
                 members,
                 lambda: scan_limit - len(kept),
-                activity_per_session > 0,
+                lambda: activity_per_session > 0 and len(activity) < activity_limit,
             ):
                 if not spoken:
                     if (
@@ -443,16 +443,19 @@ class FullTextReader:
         in_scope: Mapping[str, str],
         members: ScopeIds | None,
         wanted: Callable[[], int],
-        activity: bool = False,
+        activity: Callable[[], bool] = lambda: False,
     ) -> Iterator[tuple[int, str, str, Any, float, int, int]]:
         """(id, session, role, timestamp, rank, tool_meta, spoken) of the live in-scope matches
-        with text (``spoken`` 1), and with ``activity`` also of its tool rows and assistant rows
-        without text (``spoken`` 0), best first; ``wanted()``: how many more rows the reader would
-        keep now (a block is read no larger, and no smaller than the first)."""
+        with text (``spoken`` 1), and while ``activity()`` holds also of its tool rows and
+        assistant rows without text (``spoken`` 0), best first; ``wanted()``: how many more rows
+        the reader would keep now (a block is read no larger, and no smaller than the first).
+        Once the reader wants no more activity, a block's tool rows are left at their role: their
+        later columns (the liveness, the timestamp) lie past a large output's overflow pages."""
         if members is None:
+            activity_wanted = activity()
             columns = f"m.id, m.session_id, m.role, m.timestamp, f.rank, {self._tool_meta_sql}, {_SPOKEN_SQL}"
             yield from cursor.execute(
-                self._joined_matches_sql(table, columns, activity) + " ORDER BY f.rank, m.id",
+                self._joined_matches_sql(table, columns, activity_wanted) + " ORDER BY f.rank, m.id",
                 (match, json.dumps(list(in_scope))),
             )
             return
@@ -467,7 +470,7 @@ class FullTextReader:
             block = cursor.fetchmany(size)
             if not block:
                 return
-            live = self._live_conversational([message_id for message_id, _ in block], activity)
+            live = self._live_conversational([message_id for message_id, _ in block], activity())
             for message_id, rank in block:
                 found = live.get(message_id)
                 if found is not None and found[0] in in_scope:  # else rewound since, or not ours
