@@ -329,7 +329,7 @@ class _Search:
         self.env, self.db, self.scope, self.build, self.window = env, db, scope, build, window
         self.started = started  # time.monotonic() at the call's start: budgets count from it
         self.keyword_deadline = started + KEYWORD_SECONDS
-        self.reader = FullTextReader(db, process.scope_ids)
+        self.reader = FullTextReader(db, process.scope_ids, scope.titles)
         self.semantic = Semantic(env, process.semantic, process.schemas)
         self.policy = process.policy.with_settings(env.settings.embedding)
         #: The keyword path's sessions: with a time window, those with a message in it, so that the

@@ -26,6 +26,7 @@ import math
 import os
 import shlex
 import sqlite3
+import string
 import sys
 import threading
 import time
@@ -295,6 +296,14 @@ def _left(deadline: float | None, longest: float) -> float:
     return max(0.0, min(longest, deadline - time.monotonic()))
 
 
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def sqlite_lower(text: str) -> str:
+    """``text`` as SQLite's ``lower()`` returns it (without ICU): ASCII letters only."""
+    return text.translate(_ASCII_LOWER)
+
+
 def message_text(content: Any) -> str:
     """Plain text of a message; multimodal rows (``\\x00json:`` + parts) keep their text parts."""
     if content is None:
@@ -473,14 +482,20 @@ class HermesDB:
         ).fetchone()
         return dict(row) if row else None
 
-    def session_links(self) -> list[tuple[str, str | None, str | None, int, str | None, str | None]]:
-        """Every session as ``(id, cwd, git_repo_root, visible, continues, profile)``, oldest first.
+    def session_links(
+        self,
+    ) -> list[tuple[str, str | None, str | None, int, str | None, str | None, str | None]]:
+        """Every session as ``(id, cwd, git_repo_root, visible, continues, profile, title)``, oldest
+        first.
 
         ``visible``: 1 when it can be a search result (not archived, not hidden, a person's).
         ``continues``: the session it continues after Hermes compressed the context, as
         ``SessionDB.get_compression_tip`` follows it (the parent ended with ``compression``; not
         a branch, a delegation or a tool run), else None. ``profile``: the profile the session was
-        recorded under (``profile_name``; None for the default profile and older rows). Plain
+        recorded under (``profile_name``; None for the default profile and older rows).
+        ``title``: Hermes's one-line summary, read here because reaching any column past
+        ``system_prompt`` (kilobytes per session in a real home) walks its overflow pages: the
+        search's titles come from this read, not from a second pass over the same rows. Plain
         tuples: this is read on every change of state.db and holds every session.
         """
         columns = self.schema.session_columns
@@ -496,6 +511,7 @@ class HermesDB:
         cwd = "s.cwd" if "cwd" in columns else "NULL"
         profile = "s.profile_name" if "profile_name" in columns else "NULL"
         root = "s.git_repo_root" if "git_repo_root" in columns else "NULL"
+        title = "s.title" if "title" in columns else "NULL"
         if "parent_session_id" in columns and "end_reason" in columns:
             continues = (
                 "CASE WHEN p.end_reason = 'compression' "
@@ -508,7 +524,7 @@ class HermesDB:
         order = "s.started_at, s.id" if "started_at" in columns else "s.id"
         sql = (
             f"SELECT s.id, {cwd}, {root}, CASE WHEN {self.schema.visible_session_sql} THEN 1 ELSE 0 END, "
-            f"{continues}, {profile} FROM sessions s {join} ORDER BY {order}"
+            f"{continues}, {profile}, {title} FROM sessions s {join} ORDER BY {order}"
         )
         conn = self.conn
         factory, conn.row_factory = conn.row_factory, None

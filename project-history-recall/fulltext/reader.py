@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..store import HermesDB, is_busy, set_busy_timeout
+from ..store import HermesDB, is_busy, set_busy_timeout, sqlite_lower
 
 logger = logging.getLogger(__name__)
 
@@ -270,10 +270,19 @@ class FullTextReader:
     """Full-text reads over one call's ``state.db`` connection, with the process's memory of the
     scope's message ids (``registers``; None: every scope is joined, nothing is remembered)."""
 
-    def __init__(self, db: HermesDB, registers: ScopeIdRegisters | None = None) -> None:
+    def __init__(
+        self,
+        db: HermesDB,
+        registers: ScopeIdRegisters | None = None,
+        titles: Mapping[str, tuple[str, str]] | None = None,
+    ) -> None:
         self.db = db
         self.conn = db.conn
         self.schema = db.schema
+        #: session -> (title, as SQLite lowercases it) of the titled sessions, as the scope's
+        #: snapshot read them with the session rows (:meth:`store.HermesDB.session_links`);
+        #: None: read when asked
+        self.titles = titles
         self._register = registers.for_path(db.env.state_db) if registers is not None else None
         self._members: dict[frozenset[str], ScopeIds | None] = {}
         self.out_of_time = False  # a statement was stopped at the deadline (:meth:`deadline`)
@@ -646,26 +655,37 @@ class FullTextReader:
         self, session_ids: Sequence[str], needles: Sequence[str]
     ) -> tuple[int, list[int], list[tuple[str, str]]]:
         """Of these sessions' titles (Hermes's one-line summaries), when one or more hold one of
-        ``needles`` (lowercase, as a substring of the ASCII-lowercased title): how many titles there
-        are, how many hold each needle, and (session, title) of those that hold one; else
-        ``(0, [0, ...], [])``. SQLite's ``instr`` does the substring work and a window counts in
-        the same pass, so the thousands of titles of a large project never reach Python."""
-        if "title" not in self.schema.session_columns or not session_ids or not needles:
+        ``needles`` (lowercase, as a substring of the ASCII-lowercased title, as SQLite's
+        ``lower`` has it): how many titles there are, how many hold each needle, and (session,
+        title) of those that hold one; else ``(0, [0, ...], [])``. The titles are the scope's
+        (:attr:`titles`, read with the session rows), else read now."""
+        if not session_ids or not needles:
             return 0, [0] * len(needles), []
-        holds = [f"(instr(lower(s.title), :n{i}) > 0)" for i in range(len(needles))]
-        named: dict[str, Any] = {f"n{i}": needle for i, needle in enumerate(needles)}
-        named["ids"] = json.dumps(list(session_ids))
-        sums = ", ".join(f"sum({h}) OVER () AS c{i}" for i, h in enumerate(holds))
-        rows = self.conn.execute(
-            f"SELECT * FROM (SELECT s.id, s.title, ({' OR '.join(holds)}) AS held, "
-            f"count(*) OVER () AS total, {sums} FROM sessions s "
-            "WHERE s.id IN (SELECT value FROM json_each(:ids)) AND s.title IS NOT NULL AND s.title != '') "
-            "WHERE held",
-            named,
-        ).fetchall()
-        if not rows:
+        titles = self._titles_of(session_ids)
+        lowered = [low for _, _, low in titles]
+        holders = [[i for i, low in enumerate(lowered) if needle in low] for needle in needles]
+        held = [titles[i][:2] for i in sorted(set().union(*holders))]
+        holding = [len(found) for found in holders]
+        if not held:
             return 0, [0] * len(needles), []
-        return rows[0][3], list(rows[0][4:]), [(row[0], row[1]) for row in rows]
+        return len(titles), holding, held
+
+    def _titles_of(self, session_ids: Sequence[str]) -> list[tuple[str, str, str]]:
+        """(session, title, title as SQLite lowercases it) of those of these sessions that have a
+        title, in their order."""
+        if self.titles is not None:
+            known = self.titles
+            return [(sid, *known[sid]) for sid in session_ids if sid in known]
+        if "title" not in self.schema.session_columns:
+            return []
+        rows = dict(
+            self.conn.execute(
+                "SELECT s.id, s.title FROM sessions s WHERE s.id IN (SELECT value FROM json_each(?)) "
+                "AND s.title IS NOT NULL AND s.title != ''",
+                (json.dumps(list(session_ids)),),
+            ).fetchall()
+        )
+        return [(sid, rows[sid], sqlite_lower(rows[sid])) for sid in session_ids if sid in rows]
 
     def first_user_messages(self, session_ids: Sequence[str]) -> dict[str, tuple[int, Any]]:
         """session -> (id, timestamp) of its first live user message with text (what a result

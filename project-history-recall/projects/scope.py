@@ -31,13 +31,13 @@ import os
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from .. import attribution
-from ..store import HermesDB, connect_readonly, set_busy_timeout
+from ..store import HermesDB, connect_readonly, set_busy_timeout, sqlite_lower
 from . import git
 from .forgotten import ForgottenList
 from .git import STORE_NAME, GitProbe
@@ -60,6 +60,9 @@ class Scope:
     #: ``state.db``'s data_version token, read before anything else of this call: while it is
     #: unchanged, nothing in Hermes's data is (``semantic.CompleteScopes``). None: unknown.
     data_token: tuple | None = None
+    #: session -> (its title, as SQLite lowercases it), of every titled session (the snapshot's:
+    #: read, never change it)
+    titles: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def sessions_in_scope(self) -> int:
@@ -110,6 +113,9 @@ class Snapshot:
     #: visible sessions in no project (Home) -> conversation: searched only when asked for every
     #: project (``scope: all``, issue 32), never part of a project's scope
     home_members: dict[str, str] = field(default_factory=dict)
+    #: session -> (its title, as SQLite lowercases it), for the sessions Hermes has titled (read
+    #: with the rows, lowercased once per snapshot rather than per search)
+    titles: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 class DataWatch:
@@ -419,6 +425,7 @@ class ProjectMap:
                 links=links,
                 profiles={link[0]: link[5] or own for link in links},
                 home_members=home_members,
+                titles={link[0]: (link[6], sqlite_lower(link[6])) for link in links if link[6]},
             )
             return home.snapshot
 
@@ -497,6 +504,7 @@ class ProjectMap:
             pending=len(snap.pending) + (1 if self.unsure else 0),
             folders=self.folders_of(identity, token),
             data_token=token.state,
+            titles=snap.titles,
         )
 
     def tiers(self, scope: Scope) -> list[Scope]:

@@ -6,6 +6,7 @@ its session, or ran past its first or last row, would show."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from typing import Any
 
 import pytest
@@ -106,3 +107,26 @@ def test_titles_are_counted_in_the_same_read_that_returns_the_holding_ones(rows)
         sorted([(a, "数据库迁移报错 duplicate column"), (b, "Stripe keys")]),
     )
     assert reader.session_titles([a, b], ["nothing"]) == (0, [0], [])
+
+
+def test_titles_the_scope_read_with_its_rows_are_matched_as_sqlite_lowercases(rows, phr):
+    reader, _, (a, b) = rows
+    lower = phr.store.sqlite_lower
+    written = {a: "数据库迁移报错 duplicate column", b: "Stripe keys", "elsewhere": "stripe"}
+    given = phr.module("fulltext.reader").FullTextReader(
+        reader.db, titles={sid: (title, lower(title)) for sid, title in written.items()}
+    )
+    needles = ["duplicate", "stripe", "vault"]
+    assert given.session_titles([a, b], needles) == reader.session_titles([a, b], needles)
+    accented = phr.module("fulltext.reader").FullTextReader(
+        reader.db, titles={a: ("ÜBER Stripe", lower("ÜBER Stripe"))}
+    )
+    assert accented.session_titles([a, b], ["über", "stripe"]) == (1, [0, 1], [(a, "ÜBER Stripe")])
+
+
+def test_sqlite_lower_is_sqlites_own_lower(phr):
+    texts = ["ÜBER Stripe", "数据库 DB", "ǅ Σ İ ß", "MiXeD_Case-42"]
+    with sqlite3.connect(":memory:") as conn:
+        assert [phr.store.sqlite_lower(t) for t in texts] == [
+            conn.execute("SELECT lower(?)", (t,)).fetchone()[0] for t in texts
+        ]
