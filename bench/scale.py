@@ -81,6 +81,7 @@ import models_setup
 import world  # sets a boot HERMES_HOME before Hermes is imported
 
 SCALE_VERSION = 1
+HERMES_SHAPE_VERSION = 2  # 2: sessions carry a title and a system prompt
 ROOT = world.CACHE / f"scale-v{SCALE_VERSION}"
 REMOTE = "remote"  # the variant home whose index is written under a remote provider's fingerprint
 REMOTE_KEY_ENV = "PROJECT_HISTORY_EMBEDDING_API_KEY"
@@ -92,7 +93,7 @@ SHAPES = ("default", "hermes")
 def set_scale(scale: float, shape: str = "default") -> None:
     global ROOT, SCALE, SHAPE
     SCALE, SHAPE = scale, shape
-    name = f"scale-v{SCALE_VERSION}" + ("" if shape == "default" else f"-{shape}")
+    name = f"scale-v{SCALE_VERSION}" + ("" if shape == "default" else f"-{shape}-v{HERMES_SHAPE_VERSION}")
     ROOT = world.CACHE / (name + ("" if scale == 1.0 else f"-x{scale:g}"))
 
 
@@ -370,6 +371,31 @@ def dense(plugin: Any, matrix: Any) -> Any:
 # --------------------------------------------------------------------------- building the home
 
 
+PROMPT_CHARS = (6_000, 18_000)  # an assumption: SOUL.md, memory, skills and context files
+
+
+def session_headers(rng: random.Random, plan: list[tuple[str, str | None, int, list[str]]]) -> list[tuple]:
+    """(title, system prompt, session) for each session, as Hermes keeps them in ``sessions``: a
+    unique one-line title (``idx_sessions_title_unique``) and the snapshot of the system prompt
+    the session ran with, kilobytes ahead of ``cwd`` and ``title`` in every row, so that a read of
+    those columns walks the prompt's overflow pages as it does in a user's home."""
+    base = " ".join(prose(rng, COMMON[:20]) for _ in range(200))
+    taken: set[str] = set()
+    headers = []
+    for sid, _, _, topic in plan:
+        words = rng.sample(topic, min(3, len(topic)))
+        title = f"{rng.choice(('Fix', 'Debug', 'Add', 'Refactor', 'Review'))} {' '.join(words)}"
+        serial = 2
+        while title.lower() in taken:
+            title = f"{title.rsplit(' #', 1)[0]} #{serial}"
+            serial += 1
+        taken.add(title.lower())
+        size = rng.randint(*PROMPT_CHARS)
+        prompt = (base * (1 + size // len(base)))[: size - 40] + f" session {sid}"
+        headers.append((title, prompt, sid))
+    return headers
+
+
 def project_sizes(rng: random.Random) -> list[int]:
     rest = int(145_000 * SCALE)
     weights = [rng.random() ** 2 + 0.05 for _ in range(47)]
@@ -470,6 +496,11 @@ def build_state(root: Path, seed: int) -> dict:
             "UPDATE sessions SET message_count = "
             "(SELECT count(*) FROM messages m WHERE m.session_id = sessions.id)"
         )
+    if SHAPE == "hermes":
+        with conn:
+            conn.executemany(
+                "UPDATE sessions SET title = ?, system_prompt = ? WHERE id = ?", session_headers(rng, plan)
+            )
     conn.close()
     manifest["timings"]["bulk_messages_s"] = time.perf_counter() - t0
 
