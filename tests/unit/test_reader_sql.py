@@ -130,3 +130,9 @@ def test_sqlite_lower_is_sqlites_own_lower(phr):
         assert [phr.store.sqlite_lower(t) for t in texts] == [
             conn.execute("SELECT lower(?)", (t,)).fetchone()[0] for t in texts
         ]
+
+
+def test_a_title_only_conversation_is_shown_by_its_first_live_user_words(rows):
+    reader, ids, (a, b) = rows
+    first = reader.first_user_messages([a, b, "no-such-session"])
+    assert {sid: first[sid][0] for sid in first} == {a: ids["a_user"], b: ids["b_user"]}
