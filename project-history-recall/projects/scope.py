@@ -61,8 +61,8 @@ class Scope:
     #: unchanged, nothing in Hermes's data is (``semantic.CompleteScopes``). None: unknown.
     data_token: tuple | None = None
     #: session -> (its title, as SQLite lowercases it), of every titled session (the snapshot's:
-    #: read, never change it)
-    titles: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    #: read, never change it); None: not read with the sessions (the search reads them itself)
+    titles: Mapping[str, tuple[str, str]] | None = None
 
     @property
     def sessions_in_scope(self) -> int:
