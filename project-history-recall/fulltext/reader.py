@@ -53,6 +53,17 @@ _HAS_TEXT_SQL = (
 _SPOKEN_SQL = f"(m.role IN ('user', 'assistant') AND {_HAS_TEXT_SQL})"
 
 
+def _session_end_sql(session: str, end: str) -> str:
+    """The first (``end`` "min") or last ("max") message id of the session ``session`` (an SQL
+    expression), from the session index alone.
+
+    The lookups around a matched row (its turn's opener, its answer, a session's first user
+    message) walk ``messages`` in id order from the row, between these bounds, with the session
+    compared as ``+m.session_id`` so that SQLite keeps to the id order: through the session index
+    it would read every row of the session and sort them, for each row looked up."""
+    return f"(SELECT {end}(f.id) FROM messages f WHERE f.session_id = {session})"
+
+
 def _rows_sql(activity: bool) -> str:
     """The rows a match may be: user/assistant rows with text, and with ``activity`` also what
     the agent did or saw (tool rows, assistant rows without text)."""
@@ -541,18 +552,14 @@ class FullTextReader:
             ]
         not_own = f"NOT ({' OR '.join(own)})"
         named["ids"] = json.dumps(ids)
-        # The opener is found walking back from the row in id order (a turn's rows follow its
-        # user message), no further than the session's first row: a lookup by session would read
-        # every row of the session and sort them, per row of activity (most of this read's time
-        # on a large project). ``+`` keeps SQLite from taking the session index instead.
+        # Walking back from the row (a turn's rows follow its user message): _session_end_sql.
         rows = self.conn.execute(
             f"""
             WITH opened AS (
                 SELECT t.id AS id, (
                     SELECT m.id FROM messages m
-                    WHERE m.id < t.id AND m.id >= (
-                        SELECT min(f.id) FROM messages f WHERE f.session_id = t.session_id
-                      ) AND +m.session_id = t.session_id
+                    WHERE m.id < t.id AND m.id >= {_session_end_sql("t.session_id", "min")}
+                      AND +m.session_id = t.session_id
                       AND m.role = 'user' AND {self.schema.live_message_sql} AND {_HAS_TEXT_SQL}
                     ORDER BY m.id DESC LIMIT 1
                 ) AS opener
@@ -692,20 +699,20 @@ class FullTextReader:
         found by its title alone shows)."""
         if not session_ids:
             return {}
-        # From each session's first id forwards in id order, to its last (as turn_openers walks):
-        # reading every row of hundreds of title-only sessions to take a minimum cost tens of ms.
+        # Walking forward from each session's first id: _session_end_sql.
         rows = self.conn.execute(
             f"""
             WITH bounds AS (
-                SELECT f.session_id AS sid, min(f.id) AS first, max(f.id) AS last FROM messages f
-                WHERE f.session_id IN (SELECT value FROM json_each(?)) GROUP BY f.session_id
+                SELECT wanted.value AS sid, {_session_end_sql("wanted.value", "min")} AS first,
+                  {_session_end_sql("wanted.value", "max")} AS last
+                FROM json_each(?) AS wanted
             )
             SELECT bounds.sid, (
                 SELECT m.id FROM messages m WHERE m.id >= bounds.first AND m.id <= bounds.last
                   AND +m.session_id = bounds.sid AND m.role = 'user'
                   AND {self.schema.live_message_sql} AND {_HAS_TEXT_SQL}
                 ORDER BY m.id LIMIT 1
-            ) FROM bounds
+            ) FROM bounds WHERE bounds.first IS NOT NULL
             """,
             (json.dumps(list(dict.fromkeys(session_ids))),),
         ).fetchall()
@@ -752,14 +759,12 @@ class FullTextReader:
         if not ids:
             return {}
         live = self.schema.live_message_sql
-        # Each lookup walks the table in id order from the hit, within its session's first and
-        # last ids (``+`` keeps SQLite from taking the session index, which reads and sorts every
-        # row of the session per hit), as :meth:`turn_openers` does.
+        # Each lookup walks from the hit within its session's first and last ids: _session_end_sql.
         sql = f"""
             WITH hit AS (
                 SELECT m.id AS id, m.session_id AS sid, m.role AS role,
-                  (SELECT min(f.id) FROM messages f WHERE f.session_id = m.session_id) AS first,
-                  (SELECT max(f.id) FROM messages f WHERE f.session_id = m.session_id) AS last
+                  {_session_end_sql("m.session_id", "min")} AS first,
+                  {_session_end_sql("m.session_id", "max")} AS last
                 FROM json_each(?) AS wanted CROSS JOIN messages m ON m.id = wanted.value
                 WHERE m.role IN ('user', 'assistant')
             ),
